@@ -1,0 +1,74 @@
+//! The blocking channel and producer the Reactor uses. A transport with a blocking SDK may
+//! implement them directly; every async transport gets them from `Blocking`, a thin adapter that
+//! drives the async call on one lazily created runtime, never a second implementation.
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use tokio::runtime::Runtime;
+
+use crate::channel::{Channel, ChannelError, Producer};
+use crate::message::Message;
+use crate::rejection::Rejection;
+
+pub trait BlockingChannel: Send + Sync {
+    fn name(&self) -> &str;
+    fn receive(&self, timeout: Duration) -> Result<Option<Message>, ChannelError>;
+    fn acknowledge(&self, message: &Message) -> Result<(), ChannelError>;
+    fn reject(&self, message: &Message, rejection: Option<&Rejection>) -> Result<bool, ChannelError>;
+    fn requeue(&self, message: &Message, delay: Duration) -> Result<(), ChannelError>;
+    fn nack(&self, message: &Message) -> Result<(), ChannelError>;
+}
+
+pub trait BlockingProducer: Send + Sync {
+    fn send(&self, message: &Message) -> Result<(), ChannelError>;
+    fn send_with_delay(&self, message: &Message, delay: Duration) -> Result<(), ChannelError>;
+}
+
+/// The runtime every blocking adapter shares, created on first use. Callers must not be on a
+/// runtime thread themselves (as with any blocking API): the Reactor runs on its own thread.
+pub fn runtime() -> &'static Runtime {
+    static RUNTIME: OnceLock<Runtime> = OnceLock::new();
+    RUNTIME.get_or_init(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("gateway-blocking")
+            .enable_all()
+            .build()
+            .expect("the blocking adapter's runtime could not start")
+    })
+}
+
+/// Wraps an async channel or producer as a blocking one.
+#[derive(Debug, Clone)]
+pub struct Blocking<T>(pub T);
+
+impl<C: Channel> BlockingChannel for Blocking<C> {
+    fn name(&self) -> &str {
+        self.0.name()
+    }
+    fn receive(&self, timeout: Duration) -> Result<Option<Message>, ChannelError> {
+        runtime().block_on(self.0.receive(timeout))
+    }
+    fn acknowledge(&self, message: &Message) -> Result<(), ChannelError> {
+        runtime().block_on(self.0.acknowledge(message))
+    }
+    fn reject(&self, message: &Message, rejection: Option<&Rejection>) -> Result<bool, ChannelError> {
+        runtime().block_on(self.0.reject(message, rejection))
+    }
+    fn requeue(&self, message: &Message, delay: Duration) -> Result<(), ChannelError> {
+        runtime().block_on(self.0.requeue(message, delay))
+    }
+    fn nack(&self, message: &Message) -> Result<(), ChannelError> {
+        runtime().block_on(self.0.nack(message))
+    }
+}
+
+impl<P: Producer> BlockingProducer for Blocking<P> {
+    fn send(&self, message: &Message) -> Result<(), ChannelError> {
+        runtime().block_on(self.0.send(message))
+    }
+    fn send_with_delay(&self, message: &Message, delay: Duration) -> Result<(), ChannelError> {
+        runtime().block_on(self.0.send_with_delay(message, delay))
+    }
+}

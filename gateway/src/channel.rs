@@ -1,0 +1,80 @@
+//! The async channel and producer traits: the primary API. The blocking ones the Reactor uses
+//! are a thin adapter over these (see `blocking`).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use crate::message::Message;
+use crate::rejection::Rejection;
+
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ChannelError {
+    /// A broker call failed; the pump logs it and retries with backoff.
+    #[error("{operation} on channel {channel} failed: {detail}")]
+    Broker { channel: String, operation: &'static str, detail: String },
+    /// The message to settle is not in flight on this channel (already settled, or its lease lapsed).
+    #[error("{operation} on channel {channel}: message {message_id} is not in flight")]
+    NotInFlight { channel: String, operation: &'static str, message_id: String },
+    /// Channel creation found missing infrastructure under `MakeChannels::Validate`.
+    #[error("channel {channel} does not exist and make_channels is validate")]
+    Missing { channel: String },
+}
+
+/// A consumer's channel. Every call is bounded: `receive` waits at most `timeout`.
+#[async_trait]
+pub trait Channel: Send + Sync {
+    fn name(&self) -> &str;
+    /// The next message, or `None` when none arrived within `timeout`. The handled count is
+    /// already resolved by the delivery-count rule.
+    async fn receive(&self, timeout: Duration) -> Result<Option<Message>, ChannelError>;
+    async fn acknowledge(&self, message: &Message) -> Result<(), ChannelError>;
+    /// Routes a stamped copy to the dead-letter or invalid-message destination and settles the
+    /// source. Returns whether a copy was routed (false: no destination, acknowledged and logged).
+    async fn reject(&self, message: &Message, rejection: Option<&Rejection>) -> Result<bool, ChannelError>;
+    /// Puts the message back to be redelivered not before `delay`.
+    async fn requeue(&self, message: &Message, delay: Duration) -> Result<(), ChannelError>;
+    /// Releases the message for redelivery at once.
+    async fn nack(&self, message: &Message) -> Result<(), ChannelError>;
+}
+
+/// Publishes to the routing key in the message's header topic.
+#[async_trait]
+pub trait Producer: Send + Sync {
+    async fn send(&self, message: &Message) -> Result<(), ChannelError>;
+    async fn send_with_delay(&self, message: &Message, delay: Duration) -> Result<(), ChannelError>;
+}
+
+#[async_trait]
+impl<C: Channel + ?Sized> Channel for Arc<C> {
+    fn name(&self) -> &str {
+        (**self).name()
+    }
+    async fn receive(&self, timeout: Duration) -> Result<Option<Message>, ChannelError> {
+        (**self).receive(timeout).await
+    }
+    async fn acknowledge(&self, message: &Message) -> Result<(), ChannelError> {
+        (**self).acknowledge(message).await
+    }
+    async fn reject(&self, message: &Message, rejection: Option<&Rejection>) -> Result<bool, ChannelError> {
+        (**self).reject(message, rejection).await
+    }
+    async fn requeue(&self, message: &Message, delay: Duration) -> Result<(), ChannelError> {
+        (**self).requeue(message, delay).await
+    }
+    async fn nack(&self, message: &Message) -> Result<(), ChannelError> {
+        (**self).nack(message).await
+    }
+}
+
+#[async_trait]
+impl<P: Producer + ?Sized> Producer for Arc<P> {
+    async fn send(&self, message: &Message) -> Result<(), ChannelError> {
+        (**self).send(message).await
+    }
+    async fn send_with_delay(&self, message: &Message, delay: Duration) -> Result<(), ChannelError> {
+        (**self).send_with_delay(message, delay).await
+    }
+}

@@ -1,0 +1,4 @@
+//! Transports: each turns broker messages into `Message`s through the delivery-count rule and
+//! settles them. The in-memory one is always compiled; broker ones sit behind cargo features.
+
+pub mod memory;

@@ -1,0 +1,200 @@
+//! Both pumps on the in-memory transport: the budget, the outcomes, routing, unmappable
+//! messages, failing channels and stopping without loss.
+
+use std::sync::atomic::AtomicU32;
+use std::sync::Arc;
+use std::time::Duration;
+
+use gateway::blocking::runtime;
+use gateway::pump::Outcome;
+use gateway::rejection::keys;
+use gateway::transport::memory::MemoryBroker;
+use gateway::{BagValue, Channel, Message, MessageType, Rejection, Subscription};
+use rstest::rstest;
+
+use crate::support::{eventually, start, FailingAcks, Pump, Scripted, UNMAPPABLE};
+
+const SOURCE: &str = "orders";
+const DEAD_LETTER: &str = "orders-dlq";
+const INVALID: &str = "orders-invalid";
+const CEILING: Duration = Duration::from_secs(10);
+
+fn subscription(requeue_count: i32) -> Subscription {
+    Subscription::new("orders", SOURCE)
+        .with_requeue_count(requeue_count)
+        .with_dead_letter(DEAD_LETTER)
+        .with_invalid_message(INVALID)
+        .with_receive_timeout(Duration::from_millis(20))
+}
+
+fn send(broker: &MemoryBroker, body: &[u8]) -> Message {
+    let message = Message::new(SOURCE, MessageType::Command, body);
+    broker.publish(SOURCE, message.clone(), Duration::ZERO);
+    message
+}
+
+/// Everything waiting on `queue`, received and acknowledged.
+fn drain(broker: &MemoryBroker, queue: &str) -> Vec<Message> {
+    let channel = broker.channel(&Subscription::new("reader", queue)).unwrap();
+    let mut drained = Vec::new();
+    while let Some(message) = runtime().block_on(channel.receive(Duration::ZERO)).unwrap() {
+        runtime().block_on(channel.acknowledge(&message)).unwrap();
+        drained.push(message);
+    }
+    drained
+}
+
+fn channel(broker: &MemoryBroker, subscription: &Subscription) -> Arc<dyn Channel> {
+    Arc::new(broker.channel(subscription).unwrap())
+}
+
+fn reason_of(message: &Message) -> &BagValue {
+    &message.header.bag[keys::REJECTION_REASON]
+}
+
+#[rstest]
+#[case::exact_budget_rejects_on_delivery_r(3, 3)]
+#[case::one_attempt(1, 1)]
+#[case::zero_rejects_on_first_deferral(0, 1)]
+#[case::below_minus_one_rejects_on_first_deferral(-2, 1)]
+fn a_handler_that_always_defers_is_dead_lettered_when_the_budget_is_spent(
+    #[values(Pump::Reactor, Pump::Proactor)] pump: Pump,
+    #[case] requeue_count: i32,
+    #[case] dispatches: usize,
+) {
+    let broker = MemoryBroker::new();
+    let sent = send(&broker, b"always fails");
+    let handler = Scripted::new(vec![Outcome::Defer]);
+    let subscription = subscription(requeue_count);
+    let running = start(pump, channel(&broker, &subscription), subscription, handler.clone());
+    assert!(eventually(CEILING, || broker.waiting(DEAD_LETTER) == 1), "no dead-letter copy arrived");
+    let stats = running.stop();
+
+    // An exact counter: presented 0, 1, 2 ... and rejected on delivery R exactly.
+    let expected_counts: Vec<u32> = (0..dispatches as u32).collect();
+    assert_eq!(handler.dispatches(sent.id()), expected_counts);
+    let copies = drain(&broker, DEAD_LETTER);
+    assert_eq!(copies.len(), 1);
+    assert_eq!(copies[0].id(), sent.id());
+    assert_eq!(copies[0].header.handled_count, dispatches as u32, "the copy keeps the stamped count");
+    assert_eq!(reason_of(&copies[0]), &BagValue::from("DeliveryError"));
+    assert_eq!((broker.waiting(SOURCE), broker.in_flight(SOURCE)), (0, 0), "the source is settled");
+    assert_eq!((stats.rejected, stats.requeued), (1, dispatches as u64 - 1));
+}
+
+#[rstest]
+fn an_unlimited_budget_never_rejects(#[values(Pump::Reactor, Pump::Proactor)] pump: Pump) {
+    let broker = MemoryBroker::new();
+    let sent = send(&broker, b"always fails");
+    let handler = Scripted::new(vec![Outcome::Defer]);
+    let subscription = subscription(-1);
+    let running = start(pump, channel(&broker, &subscription), subscription, handler.clone());
+    assert!(eventually(CEILING, || handler.dispatches(sent.id()).len() >= 12));
+    let stats = running.stop();
+    assert_eq!(stats.rejected, 0);
+    assert_eq!(broker.waiting(DEAD_LETTER), 0);
+    assert_eq!(broker.waiting(SOURCE) + broker.in_flight(SOURCE), 1, "the message is still there");
+    let counts = handler.dispatches(sent.id());
+    assert!(counts.windows(2).all(|pair| pair[1] == pair[0] + 1), "the count grows on every redelivery: {counts:?}");
+}
+
+#[rstest]
+fn a_nack_redelivers_without_spending_the_budget(#[values(Pump::Reactor, Pump::Proactor)] pump: Pump) {
+    let broker = MemoryBroker::new();
+    let sent = send(&broker, b"busy");
+    let handler = Scripted::new(vec![Outcome::DontAck, Outcome::DontAck, Outcome::Handled]);
+    let subscription = subscription(1);
+    let running = start(pump, channel(&broker, &subscription), subscription, handler.clone());
+    assert!(eventually(CEILING, || handler.dispatches(sent.id()).len() == 3));
+    let stats = running.stop();
+    assert_eq!(handler.dispatches(sent.id()), [0, 0, 0]);
+    assert_eq!((stats.nacked, stats.acknowledged, stats.rejected), (2, 1, 0));
+    assert_eq!(broker.waiting(DEAD_LETTER), 0);
+}
+
+#[rstest]
+#[case::unacceptable_to_invalid(Some(Rejection::unacceptable("bad order")), INVALID, "Unacceptable")]
+#[case::delivery_error_to_dead_letter(Some(Rejection::delivery_error("downstream gone")), DEAD_LETTER, "DeliveryError")]
+#[case::no_reason_to_dead_letter_stamped_none(None, DEAD_LETTER, "None")]
+fn a_handler_rejection_is_routed_by_reason(
+    #[values(Pump::Reactor, Pump::Proactor)] pump: Pump,
+    #[case] rejection: Option<Rejection>,
+    #[case] destination: &str,
+    #[case] stamped: &str,
+) {
+    let broker = MemoryBroker::new();
+    let sent = send(&broker, b"reject me");
+    let handler = Scripted::new(vec![Outcome::Reject(rejection)]);
+    let subscription = subscription(3);
+    let running = start(pump, channel(&broker, &subscription), subscription, handler);
+    assert!(eventually(CEILING, || broker.waiting(destination) == 1));
+    running.stop();
+    let copy = &drain(&broker, destination)[0];
+    assert_eq!(copy.id(), sent.id());
+    assert_eq!(reason_of(copy), &BagValue::from(stamped));
+    assert_eq!(copy.header.bag[keys::ORIGINAL_TOPIC], BagValue::from(SOURCE));
+    assert_eq!((broker.waiting(SOURCE), broker.in_flight(SOURCE)), (0, 0));
+}
+
+#[rstest]
+fn an_unmappable_message_is_rejected_as_unacceptable_without_dispatch(
+    #[values(Pump::Reactor, Pump::Proactor)] pump: Pump,
+) {
+    let broker = MemoryBroker::new();
+    let sent = send(&broker, UNMAPPABLE);
+    let handler = Scripted::new(vec![Outcome::Handled]);
+    let subscription = subscription(3);
+    let running = start(pump, channel(&broker, &subscription), subscription, handler.clone());
+    assert!(eventually(CEILING, || broker.waiting(INVALID) == 1));
+    running.stop();
+    assert_eq!(handler.total_dispatches(), 0);
+    let copy = &drain(&broker, INVALID)[0];
+    assert_eq!(copy.id(), sent.id());
+    assert_eq!(reason_of(copy), &BagValue::from("Unacceptable"));
+}
+
+#[rstest]
+fn stopping_mid_stream_loses_no_message(#[values(Pump::Reactor, Pump::Proactor)] pump: Pump) {
+    let broker = MemoryBroker::new();
+    for _ in 0..40 {
+        send(&broker, b"work");
+    }
+    let handler = Scripted::new(vec![Outcome::Handled]).pausing(Duration::from_millis(5));
+    let subscription = subscription(3);
+    let running = start(pump, channel(&broker, &subscription), subscription, handler.clone());
+    assert!(eventually(CEILING, || handler.total_dispatches() >= 5));
+    let stats = running.stop();
+    assert!(stats.acknowledged < 40, "stopped before the end");
+    assert_eq!(broker.in_flight(SOURCE), 0, "nothing left unsettled");
+    assert_eq!(stats.acknowledged as usize + broker.waiting(SOURCE), 40, "every message acknowledged or waiting");
+}
+
+#[rstest]
+fn a_failing_channel_call_is_retried_and_the_pump_keeps_running(#[values(Pump::Reactor, Pump::Proactor)] pump: Pump) {
+    let broker = MemoryBroker::new();
+    let subscription = subscription(3);
+    let flaky = FailingAcks { inner: broker.channel(&subscription).unwrap(), failures: AtomicU32::new(3) };
+    send(&broker, b"one");
+    send(&broker, b"two");
+    let running = start(pump, Arc::new(flaky), subscription, Scripted::new(vec![Outcome::Handled]));
+    assert!(eventually(CEILING, || broker.waiting(SOURCE) + broker.in_flight(SOURCE) == 0));
+    let stats = running.stop();
+    assert_eq!((stats.acknowledged, stats.channel_failures), (2, 3));
+}
+
+#[rstest]
+fn a_message_that_cannot_be_settled_is_released_on_stop(#[values(Pump::Reactor, Pump::Proactor)] pump: Pump) {
+    let broker = MemoryBroker::new();
+    let subscription = subscription(3);
+    let broken = FailingAcks { inner: broker.channel(&subscription).unwrap(), failures: AtomicU32::new(u32::MAX) };
+    let sent = send(&broker, b"stuck");
+    let running = start(pump, Arc::new(broken), subscription, Scripted::new(vec![Outcome::Handled]));
+    assert!(eventually(CEILING, || broker.in_flight(SOURCE) == 1));
+    std::thread::sleep(Duration::from_millis(120)); // let a few acknowledgements fail
+    let stats = running.stop();
+    assert!(stats.channel_failures >= 1);
+    assert_eq!(stats.acknowledged, 0);
+    let released = drain(&broker, SOURCE);
+    assert_eq!(released.len(), 1, "released back to the source, not dropped");
+    assert_eq!(released[0].id(), sent.id());
+}
