@@ -1,0 +1,300 @@
+//! One conformance cell's world: its subscription, channel, producer and rejection
+//! destinations under unique names, with the bounded polls and assertions templates use.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use gateway::blocking::runtime;
+use gateway::{Blocking, BlockingChannel, Channel, Message, MessageType, Producer, Subscription};
+
+use crate::assertion::MessageAssertion;
+
+/// How often templates look for an arrival.
+pub const POLL_INTERVAL: Duration = Duration::from_millis(500);
+/// How long a message may take to arrive on a channel.
+pub const ARRIVAL_CEILING: Duration = Duration::from_secs(30);
+/// How long a rejected copy may take to reach its destination.
+pub const REJECTION_CEILING: Duration = Duration::from_secs(60);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Variant {
+    Reactor,
+    Proactor,
+}
+
+impl fmt::Display for Variant {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Variant::Reactor => "reactor",
+            Variant::Proactor => "proactor",
+        })
+    }
+}
+
+/// What a behaviour needs of its cell; the provider decides how the transport provides it.
+#[derive(Debug, Clone)]
+pub struct CellSpec {
+    pub behaviour: &'static str,
+    pub variant: Variant,
+    pub dead_letter: bool,
+    pub invalid_channel: bool,
+    /// The budget R; `-1` unlimited. A provider with a native redrive limit sets M above it.
+    pub requeue_count: i32,
+}
+
+impl CellSpec {
+    pub fn new(behaviour: &'static str, variant: Variant) -> CellSpec {
+        CellSpec { behaviour, variant, dead_letter: false, invalid_channel: false, requeue_count: -1 }
+    }
+
+    pub fn with_dead_letter(mut self) -> CellSpec {
+        self.dead_letter = true;
+        self
+    }
+
+    pub fn with_invalid_channel(mut self) -> CellSpec {
+        self.invalid_channel = true;
+        self
+    }
+
+    pub fn with_budget(mut self, requeue_count: i32) -> CellSpec {
+        self.requeue_count = requeue_count;
+        self
+    }
+
+    /// A name no other cell (or run) uses, readable in a broker console.
+    pub fn unique_name(&self, configuration: &str) -> String {
+        let suffix = &uuid::Uuid::new_v4().simple().to_string()[..8];
+        format!("{configuration}-{}-{}-{suffix}", self.behaviour.to_ascii_lowercase(), self.variant)
+    }
+}
+
+/// Releases what a provider created for a cell.
+#[async_trait]
+pub trait Teardown: Send + Sync {
+    async fn teardown(&self);
+}
+
+/// What a provider hands back for a cell.
+pub struct CellParts {
+    pub subscription: Subscription,
+    /// The routing key messages are published to (a queue, or a topic feeding the queue).
+    pub publish_topic: String,
+    pub channel: Arc<dyn Channel>,
+    pub producer: Arc<dyn Producer>,
+    pub dead_letter: Option<Arc<dyn Channel>>,
+    pub invalid: Option<Arc<dyn Channel>>,
+    pub assertion: Arc<dyn MessageAssertion>,
+    pub teardown: Option<Box<dyn Teardown>>,
+}
+
+pub struct Cell {
+    parts: CellParts,
+}
+
+/// Receives until the message with `id` arrives or `ceiling` passes, polling every
+/// `POLL_INTERVAL`. Other messages are released (a stray on a unique channel is not ours to settle).
+async fn poll_for(channel: &dyn Channel, id: &str, ceiling: Duration, mut guard: impl FnMut()) -> Option<Message> {
+    let deadline = Instant::now() + ceiling;
+    while Instant::now() < deadline {
+        guard();
+        match channel.receive(POLL_INTERVAL).await {
+            Ok(Some(message)) if message.id() == id => return Some(message),
+            Ok(Some(stray)) => {
+                let _ = channel.nack(&stray).await;
+            }
+            Ok(None) => {}
+            Err(error) => panic!("receive on {} failed: {error}", channel.name()),
+        }
+    }
+    None
+}
+
+impl From<CellParts> for Cell {
+    fn from(parts: CellParts) -> Cell {
+        Cell::new(parts)
+    }
+}
+
+impl Cell {
+    pub fn new(parts: CellParts) -> Cell {
+        Cell { parts }
+    }
+
+    pub fn subscription(&self) -> &Subscription {
+        &self.parts.subscription
+    }
+
+    pub fn channel(&self) -> Arc<dyn Channel> {
+        self.parts.channel.clone()
+    }
+
+    /// A message of the shape every behaviour sends: a JSON body, a correlation id, a partition
+    /// key, a reply-to and one bag entry.
+    pub fn message(&self) -> Message {
+        let mut message = Message::new(&self.parts.publish_topic, MessageType::Command, Vec::new());
+        message.body.bytes = format!("{{\"order\":\"{}\"}}", message.header.id).into_bytes();
+        message.body.content_type = "application/json".into();
+        message.header.content_type = "application/json".into();
+        message.header.correlation_id = Some(uuid::Uuid::new_v4().to_string());
+        message.header.partition_key = Some("conformance".into());
+        message.header.reply_to = Some(format!("{}-replies", self.parts.publish_topic));
+        message.header.bag.insert("orderType".into(), "express".into());
+        message
+    }
+
+    pub async fn send(&self, message: &Message) {
+        if let Err(error) = self.parts.producer.send(message).await {
+            panic!("sending {} failed: {error}", message.id());
+        }
+    }
+
+    pub async fn send_with_delay(&self, message: &Message, delay: Duration) {
+        if let Err(error) = self.parts.producer.send_with_delay(message, delay).await {
+            panic!("sending {} with a delay of {delay:?} failed: {error}", message.id());
+        }
+    }
+
+    /// The next delivery of `id` on the cell's channel; panics after `ARRIVAL_CEILING`.
+    pub async fn receive(&self, id: &str) -> Message {
+        self.receive_within(id, ARRIVAL_CEILING).await.unwrap_or_else(|| {
+            panic!("{id} did not arrive on {} within {ARRIVAL_CEILING:?}", self.parts.channel.name())
+        })
+    }
+
+    pub async fn receive_within(&self, id: &str, ceiling: Duration) -> Option<Message> {
+        poll_for(&*self.parts.channel, id, ceiling, || {}).await
+    }
+
+    fn destination(&self, invalid: bool) -> &dyn Channel {
+        let (destination, what) =
+            if invalid { (&self.parts.invalid, "invalid-message") } else { (&self.parts.dead_letter, "dead-letter") };
+        destination.as_deref().unwrap_or_else(|| panic!("the cell was built without a {what} channel"))
+    }
+
+    async fn rejected_copy(&self, invalid: bool, id: &str, guard: impl FnMut()) -> Message {
+        let destination = self.destination(invalid);
+        let copy = poll_for(destination, id, REJECTION_CEILING, guard)
+            .await
+            .unwrap_or_else(|| panic!("no copy of {id} reached {} within {REJECTION_CEILING:?}", destination.name()));
+        destination.acknowledge(&copy).await.expect("acknowledging the rejected copy");
+        copy
+    }
+
+    /// The copy of `id` on the dead-letter channel; panics after `REJECTION_CEILING`.
+    pub async fn dead_letter_copy(&self, id: &str) -> Message {
+        self.rejected_copy(false, id, || {}).await
+    }
+
+    /// As `dead_letter_copy`, running `guard` before every poll so a test can fail early.
+    pub async fn dead_letter_copy_while(&self, id: &str, guard: impl FnMut()) -> Message {
+        self.rejected_copy(false, id, guard).await
+    }
+
+    /// The copy of `id` on the invalid-message channel; panics after `REJECTION_CEILING`.
+    pub async fn invalid_copy(&self, id: &str) -> Message {
+        self.rejected_copy(true, id, || {}).await
+    }
+
+    /// Nothing arrives on the cell's channel for `window`: its messages are settled.
+    pub async fn assert_source_empty(&self, window: Duration) {
+        match self.parts.channel.receive(window).await {
+            Ok(None) => {}
+            Ok(Some(message)) => panic!("{} is still on {}", message.id(), self.parts.channel.name()),
+            Err(error) => panic!("receive on {} failed: {error}", self.parts.channel.name()),
+        }
+    }
+
+    /// The transport's message assertion.
+    pub fn assert_same(&self, sent: &Message, received: &Message) {
+        self.parts.assertion.assert_same(sent, received);
+    }
+
+    /// a first delivery presents handled count 0, and is otherwise the message sent.
+    pub fn assert_first_delivery(&self, sent: &Message, received: &Message) {
+        assert_eq!(received.header.handled_count, 0, "a first delivery of {} presents handled count 0", sent.id());
+        self.assert_same(sent, received);
+    }
+
+    pub async fn finish(self) {
+        if let Some(teardown) = &self.parts.teardown {
+            teardown.teardown().await;
+        }
+    }
+}
+
+/// The Reactor's view of a cell: the same operations, blocking.
+pub struct BlockingCell {
+    cell: Cell,
+    channel: Arc<dyn BlockingChannel>,
+}
+
+fn block<F: Future>(future: F) -> F::Output {
+    runtime().block_on(future)
+}
+
+impl BlockingCell {
+    pub fn new(cell: Cell) -> BlockingCell {
+        let channel: Arc<dyn BlockingChannel> = Arc::new(Blocking(cell.channel()));
+        BlockingCell { cell, channel }
+    }
+
+    pub fn subscription(&self) -> &Subscription {
+        self.cell.subscription()
+    }
+
+    pub fn channel(&self) -> Arc<dyn BlockingChannel> {
+        self.channel.clone()
+    }
+
+    pub fn message(&self) -> Message {
+        self.cell.message()
+    }
+
+    pub fn send(&self, message: &Message) {
+        block(self.cell.send(message))
+    }
+
+    pub fn send_with_delay(&self, message: &Message, delay: Duration) {
+        block(self.cell.send_with_delay(message, delay))
+    }
+
+    pub fn receive(&self, id: &str) -> Message {
+        block(self.cell.receive(id))
+    }
+
+    pub fn receive_within(&self, id: &str, ceiling: Duration) -> Option<Message> {
+        block(self.cell.receive_within(id, ceiling))
+    }
+
+    pub fn dead_letter_copy(&self, id: &str) -> Message {
+        block(self.cell.dead_letter_copy(id))
+    }
+
+    pub fn dead_letter_copy_while(&self, id: &str, guard: impl FnMut()) -> Message {
+        block(self.cell.dead_letter_copy_while(id, guard))
+    }
+
+    pub fn invalid_copy(&self, id: &str) -> Message {
+        block(self.cell.invalid_copy(id))
+    }
+
+    pub fn assert_source_empty(&self, window: Duration) {
+        block(self.cell.assert_source_empty(window))
+    }
+
+    pub fn assert_same(&self, sent: &Message, received: &Message) {
+        self.cell.assert_same(sent, received)
+    }
+
+    pub fn assert_first_delivery(&self, sent: &Message, received: &Message) {
+        self.cell.assert_first_delivery(sent, received)
+    }
+
+    pub fn finish(self) {
+        block(self.cell.finish())
+    }
+}

@@ -1,0 +1,77 @@
+//! Deliberate faults, to prove the conformance harness can fail. Chosen with the
+//! `CONFORMANCE_FAULT` environment variable; never set in a normal run.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use gateway::{Channel, ChannelError, Message, Rejection};
+
+pub const VARIABLE: &str = "CONFORMANCE_FAULT";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// Requeue puts back the copy as it was received, so its handled count never grows: the
+    /// defect ADR 0077 fixes on brokers that re-serve their stored copy.
+    StaleRequeue,
+}
+
+impl Fault {
+    const CHOICES: [(&'static str, Fault); 1] = [("stale-requeue", Fault::StaleRequeue)];
+
+    /// The fault the environment asks for. An unknown value panics naming the valid choices:
+    /// a typo must not silently run the healthy provider.
+    pub fn from_environment() -> Option<Fault> {
+        let value = std::env::var(VARIABLE).ok().filter(|v| !v.is_empty())?;
+        match Fault::CHOICES.iter().find(|(name, _)| *name == value) {
+            Some((_, fault)) => Some(*fault),
+            None => {
+                let names: Vec<_> = Fault::CHOICES.iter().map(|(name, _)| *name).collect();
+                panic!("{VARIABLE}={value:?} is not a fault; valid choices: {}", names.join(", "))
+            }
+        }
+    }
+}
+
+/// Wraps a channel so that a requeue forgets the handled count the pump gave the message.
+pub struct StaleRequeue<C> {
+    inner: C,
+    received_counts: Mutex<HashMap<String, u32>>,
+}
+
+impl<C> StaleRequeue<C> {
+    pub fn new(inner: C) -> StaleRequeue<C> {
+        StaleRequeue { inner, received_counts: Mutex::default() }
+    }
+}
+
+#[async_trait]
+impl<C: Channel> Channel for StaleRequeue<C> {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    async fn receive(&self, timeout: Duration) -> Result<Option<Message>, ChannelError> {
+        let received = self.inner.receive(timeout).await?;
+        if let Some(message) = &received {
+            self.received_counts.lock().unwrap().insert(message.header.id.clone(), message.header.handled_count);
+        }
+        Ok(received)
+    }
+    async fn acknowledge(&self, message: &Message) -> Result<(), ChannelError> {
+        self.inner.acknowledge(message).await
+    }
+    async fn reject(&self, message: &Message, rejection: Option<&Rejection>) -> Result<bool, ChannelError> {
+        self.inner.reject(message, rejection).await
+    }
+    async fn requeue(&self, message: &Message, delay: Duration) -> Result<(), ChannelError> {
+        let mut stale = message.clone();
+        if let Some(count) = self.received_counts.lock().unwrap().get(&message.header.id) {
+            stale.header.handled_count = *count;
+        }
+        self.inner.requeue(&stale, delay).await
+    }
+    async fn nack(&self, message: &Message) -> Result<(), ChannelError> {
+        self.inner.nack(message).await
+    }
+}

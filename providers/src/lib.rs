@@ -1,0 +1,36 @@
+//! Per configuration: how to get a broker, how to build the subscription, channels and producer
+//! of one conformance cell, how to read its rejection destinations, and the transport's message
+//! assertion. Generated tests talk only to `Cell` / `BlockingCell`, so no template names a
+//! transport mechanism.
+
+pub mod assertion;
+pub mod cell;
+pub mod fault;
+#[cfg(feature = "memory")]
+pub mod memory;
+pub mod recording;
+
+use async_trait::async_trait;
+
+pub use assertion::MessageAssertion;
+pub use cell::{
+    BlockingCell, Cell, CellParts, CellSpec, Teardown, Variant, ARRIVAL_CEILING, POLL_INTERVAL, REJECTION_CEILING,
+};
+#[cfg(feature = "memory")]
+pub use memory::memory;
+pub use recording::AlwaysDefers;
+
+/// One configuration's provider. A provider starts (or finds) its broker once per test binary.
+#[async_trait]
+pub trait Provider: Send + Sync {
+    /// The configuration name in the manifest and the ledger.
+    fn configuration(&self) -> &'static str;
+
+    /// The subscription, channels and producer of one cell, under names no other cell uses.
+    async fn cell(&self, spec: CellSpec) -> Cell;
+
+    /// The same cell for a Reactor test, which must not itself run on a runtime.
+    fn blocking_cell(&self, spec: CellSpec) -> BlockingCell {
+        BlockingCell::new(gateway::blocking::runtime().block_on(self.cell(spec)))
+    }
+}
