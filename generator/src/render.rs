@@ -1,0 +1,163 @@
+//! Renders every output file in memory: the generated crate's manifest, its test binaries, one
+//! test module per configuration x variant x behaviour, and the ledger's Markdown matrix.
+
+use std::collections::BTreeMap;
+use std::error::Error as _;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use ledger::{CellId, Ledger, Status};
+use serde::Serialize;
+use tera::{Context, Tera};
+
+use crate::manifest::{BehaviourEntry, ConfigurationEntry, Manifest};
+use crate::{GenerateError, COMMAND, GENERATED, LEDGER_MARKDOWN};
+
+#[derive(Serialize)]
+struct TransportView<'a> {
+    name: &'a str,
+    feature: &'a str,
+}
+
+#[derive(Serialize)]
+struct ConfigurationView {
+    module: String,
+}
+
+#[derive(Serialize)]
+struct BehaviourView<'a> {
+    id: &'a str,
+    name: &'a str,
+    summary: &'a str,
+    module: String,
+}
+
+fn behaviour_view(behaviour: &BehaviourEntry) -> BehaviourView<'_> {
+    BehaviourView { id: &behaviour.id, name: &behaviour.name, summary: &behaviour.summary, module: behaviour.module() }
+}
+
+/// The full cause chain: Tera's own message names the template, its sources say what failed.
+fn chain(error: &tera::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+fn render(tera: &Tera, template: &str, context: &Context) -> Result<String, GenerateError> {
+    tera.render(template, context)
+        .map_err(|error| GenerateError::Template { template: format!("templates/{template}"), chain: chain(&error) })
+}
+
+fn rustfmt(root: &Path, template: &str, source: &str) -> Result<String, GenerateError> {
+    let failed = |detail: String| GenerateError::Rustfmt { template: format!("templates/{template}"), detail };
+    let mut child = Command::new("rustfmt")
+        .args(["--edition", "2021", "--emit", "stdout", "--config-path"])
+        .arg(root.join("rustfmt.toml"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|error| failed(format!("cannot start rustfmt: {error}")))?;
+    child.stdin.take().expect("piped").write_all(source.as_bytes()).map_err(|e| failed(e.to_string()))?;
+    let output = child.wait_with_output().map_err(|e| failed(e.to_string()))?;
+    if !output.status.success() {
+        return Err(failed(String::from_utf8_lossy(&output.stderr).into_owned()));
+    }
+    String::from_utf8(output.stdout).map_err(|e| failed(e.to_string()))
+}
+
+/// The `#[ignore = "..."]` literal of a Deferred cell, as Rust source.
+fn ignore_literal(status: Option<&Status>) -> Option<String> {
+    match status {
+        Some(deferred @ Status::Deferred { .. }) => Some(format!("{:?}", deferred.to_string())),
+        _ => None,
+    }
+}
+
+fn test_context(
+    manifest: &Manifest,
+    configuration: &ConfigurationEntry,
+    variant: &str,
+    behaviour: &BehaviourEntry,
+    ledger: &Ledger,
+) -> Context {
+    let cell = CellId::new(configuration.name.clone(), ledger::Behaviour(behaviour.number()));
+    let proactor = variant == "proactor";
+    let mut context = Context::new();
+    context.insert("command", COMMAND);
+    context.insert("configuration", &configuration.name);
+    context.insert("provider", &configuration.provider);
+    context.insert("behaviour", &behaviour_view(behaviour));
+    context.insert("variant", variant);
+    context.insert("variant_type", if proactor { "Proactor" } else { "Reactor" });
+    context.insert("cell_fn", if proactor { "cell" } else { "blocking_cell" });
+    context.insert("aw", if proactor { ".await" } else { "" });
+    context.insert("ignore", &ignore_literal(ledger.get(&cell)));
+    debug_assert!(manifest.variants.iter().any(|v| v == variant));
+    context
+}
+
+pub(crate) fn render_all(
+    root: &Path,
+    manifest: &Manifest,
+    ledger: &Ledger,
+) -> Result<BTreeMap<PathBuf, String>, GenerateError> {
+    let mut tera = Tera::new(&format!("{}/templates/**/*.tera", root.display()))
+        .map_err(|error| GenerateError::Template { template: "templates/".into(), chain: chain(&error) })?;
+    tera.autoescape_on(vec![]);
+    let generated = Path::new(GENERATED);
+    let mut outputs = BTreeMap::new();
+
+    let transports: Vec<TransportView> =
+        manifest.transports().into_iter().map(|(name, feature)| TransportView { name, feature }).collect();
+    let behaviours: Vec<BehaviourView> = manifest.behaviours.iter().map(behaviour_view).collect();
+    let mut crate_context = Context::new();
+    crate_context.insert("command", COMMAND);
+    crate_context.insert("transports", &transports);
+    crate_context.insert("variants", &manifest.variants);
+    crate_context.insert("behaviours", &behaviours);
+
+    crate_context.insert("template", "templates/crate/Cargo.toml.tera");
+    outputs.insert(generated.join("Cargo.toml"), render(&tera, "crate/Cargo.toml.tera", &crate_context)?);
+    crate_context.insert("template", "templates/crate/lib.rs.tera");
+    let lib = render(&tera, "crate/lib.rs.tera", &crate_context)?;
+    outputs.insert(generated.join("src/lib.rs"), rustfmt(root, "crate/lib.rs.tera", &lib)?);
+
+    for transport in &transports {
+        let configurations: Vec<&ConfigurationEntry> =
+            manifest.configurations.iter().filter(|c| c.transport == transport.name).collect();
+        let views: Vec<ConfigurationView> =
+            configurations.iter().map(|c| ConfigurationView { module: c.module() }).collect();
+        let mut context = crate_context.clone();
+        context.insert("template", "templates/crate/main.rs.tera");
+        context.insert("transport", transport.name);
+        context.insert("configurations", &views);
+        let main = render(&tera, "crate/main.rs.tera", &context)?;
+        let tests = generated.join("tests").join(transport.name);
+        outputs.insert(tests.join("main.rs"), rustfmt(root, "crate/main.rs.tera", &main)?);
+
+        for configuration in configurations {
+            for variant in &manifest.variants {
+                for behaviour in &manifest.behaviours {
+                    let template = format!("{variant}/{}.rs.tera", behaviour.template);
+                    let mut context = test_context(manifest, configuration, variant, behaviour, ledger);
+                    context.insert("template", &format!("templates/{template}"));
+                    let source = render(&tera, &template, &context)?;
+                    let path =
+                        tests.join(configuration.module()).join(variant).join(format!("{}.rs", behaviour.module()));
+                    outputs.insert(path, rustfmt(root, &template, &source)?);
+                }
+            }
+        }
+    }
+
+    let markdown = ledger.render_markdown(&manifest.configuration_names(), &manifest.behaviour_ids());
+    outputs.insert(PathBuf::from(LEDGER_MARKDOWN), markdown);
+    Ok(outputs)
+}
