@@ -1,0 +1,351 @@
+//! `cargo xtask conformance`: build each selected transport's test binary, run every cell
+//! (ignored ones too, so a Deferred cell that now passes is seen), map results to ledger cells,
+//! apply the update rules, record the run, and regenerate so Fixed cells lose their ignore.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use generator::Manifest;
+use ledger::{Behaviour, CellId, CellResult, ConfigurationRun, Ledger, RunRecord, VariantResult};
+
+use crate::libtest::{self, TestResult};
+use crate::root;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// A transport to run (repeatable; default: memory). Valid choices are the manifest's transports
+    #[arg(long = "transport", value_name = "TRANSPORT")]
+    transports: Vec<String>,
+    /// Also write the results as JUnit XML to this file
+    #[arg(long, value_name = "PATH")]
+    junit: Option<PathBuf>,
+    /// The ledger folder (cells.tsv, runs.jsonl, LEDGER.md). Default: the project's ledger/.
+    /// With another folder the generated code is not rewritten
+    #[arg(long, value_name = "DIR")]
+    ledger_dir: Option<PathBuf>,
+}
+
+/// One finished test of a generated binary.
+struct Finished {
+    name: String,
+    result: TestResult,
+    /// From the binary's start; every cell starts at once, so this is close to its own duration.
+    elapsed: Duration,
+}
+
+struct BinaryRun {
+    configurations: Vec<String>,
+    finished: Vec<Finished>,
+    failures: BTreeMap<String, String>,
+    wall: Duration,
+}
+
+fn cargo() -> Command {
+    Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
+}
+
+fn build_test_binary(transport: &str, feature: &str) -> Result<PathBuf> {
+    let output = cargo()
+        .current_dir(root())
+        .args(["test", "--package", "generated", "--no-default-features", "--features", feature])
+        .args(["--test", transport, "--no-run", "--message-format=json-render-diagnostics"])
+        .stderr(Stdio::inherit())
+        .output()
+        .context("cannot run cargo")?;
+    if !output.status.success() {
+        bail!("building the {transport} conformance tests failed ({})", output.status);
+    }
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .find(|message| message["reason"] == "compiler-artifact" && message["target"]["name"] == transport)
+        .and_then(|artifact| artifact["executable"].as_str().map(PathBuf::from))
+        .with_context(|| format!("cargo built no {transport} test executable"))
+}
+
+fn count_tests(executable: &Path) -> Result<usize> {
+    let output = Command::new(executable).args(["--list", "--include-ignored"]).output()?;
+    Ok(String::from_utf8_lossy(&output.stdout).lines().filter(|line| line.ends_with(": test")).count())
+}
+
+/// libtest's `---- <name> stdout ----` sections, by test name.
+fn failure_sections(lines: &[String]) -> BTreeMap<String, String> {
+    let mut sections = BTreeMap::new();
+    let mut current: Option<(String, String)> = None;
+    for line in lines {
+        if let Some(name) = line.strip_prefix("---- ").and_then(|rest| rest.strip_suffix(" stdout ----")) {
+            sections.extend(current.take());
+            current = Some((name.to_owned(), String::new()));
+        } else if line == "failures:" || libtest::is_summary_line(line) {
+            sections.extend(current.take());
+        } else if let Some((_, text)) = current.as_mut() {
+            text.push_str(line);
+            text.push('\n');
+        }
+    }
+    sections.extend(current);
+    sections
+}
+
+fn run_binary(
+    transport: &str,
+    executable: &Path,
+    done: &mut usize,
+    total: usize,
+) -> Result<(Vec<Finished>, BTreeMap<String, String>, Duration)> {
+    let tests = count_tests(executable)?;
+    let started = Instant::now();
+    let mut child = Command::new(executable)
+        .current_dir(root().join(generator::GENERATED))
+        .args(["--include-ignored", "--test-threads", &tests.clamp(1, 64).to_string()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .with_context(|| format!("cannot start {}", executable.display()))?;
+    let (mut finished, mut lines, mut summarised) = (Vec::new(), Vec::new(), false);
+    for line in BufReader::new(child.stdout.take().expect("piped")).lines() {
+        let line = line?;
+        if let Some((name, result)) = libtest::parse_result_line(&line) {
+            *done += 1;
+            let elapsed = started.elapsed();
+            eprintln!("[{done:>3}/{total}] {name} ... {result:?} ({:.1} s)", elapsed.as_secs_f64());
+            finished.push(Finished { name: name.to_owned(), result, elapsed });
+        }
+        summarised |= libtest::is_summary_line(&line);
+        lines.push(line);
+    }
+    let status = child.wait()?;
+    if !summarised {
+        bail!(
+            "the {transport} conformance binary ended without a test summary ({status}): a broker or the binary died; \
+             the ledger is left untouched"
+        );
+    }
+    Ok((finished, failure_sections(&lines), started.elapsed()))
+}
+
+fn variant_result(results: &[&Finished], variant: &str) -> VariantResult {
+    let mut found = results.iter().filter(|f| libtest::cell_of(&f.name).is_some_and(|(_, v, _)| v == variant));
+    match found.next().map(|f| f.result) {
+        Some(TestResult::Ok) => VariantResult::Passed,
+        Some(TestResult::Failed) => VariantResult::Failed,
+        Some(TestResult::Ignored) | None => VariantResult::NotRun,
+    }
+}
+
+fn selected_transports<'m>(manifest: &'m Manifest, asked: &[String]) -> Result<Vec<(&'m str, &'m str)>> {
+    let known = manifest.transports();
+    let asked: Vec<&str> = if asked.is_empty() { vec!["memory"] } else { asked.iter().map(String::as_str).collect() };
+    asked
+        .iter()
+        .map(|name| {
+            known.iter().find(|(transport, _)| transport == name).copied().with_context(|| {
+                let choices: Vec<&str> = known.iter().map(|(t, _)| *t).collect();
+                format!(
+                    "--transport {name}: no such transport in {}; valid choices: {}",
+                    generator::MANIFEST,
+                    choices.join(", ")
+                )
+            })
+        })
+        .collect()
+}
+
+fn git_commit() -> String {
+    Command::new("git")
+        .current_dir(root())
+        .args(["rev-parse", "--short", "HEAD"])
+        .output()
+        .ok()
+        .filter(|output| output.status.success())
+        .map_or_else(|| "unknown".into(), |output| String::from_utf8_lossy(&output.stdout).trim().to_owned())
+}
+
+pub fn run(args: &Args) -> Result<()> {
+    let root = root();
+    let manifest = Manifest::load(&root.join(generator::MANIFEST), &root.join("templates"))?;
+    let default_dir = root.join("ledger");
+    let ledger_dir = args.ledger_dir.clone().unwrap_or_else(|| default_dir.clone());
+    let cells_path = ledger_dir.join("cells.tsv");
+    let mut ledger = Ledger::load(&cells_path)?;
+    let transports = selected_transports(&manifest, &args.transports)?;
+    let modules: BTreeMap<String, &str> =
+        manifest.configurations.iter().map(|c| (c.module(), c.name.as_str())).collect();
+
+    // Build everything first, so the progress count covers the whole matrix.
+    let mut binaries = Vec::new();
+    for (transport, feature) in &transports {
+        eprintln!("building the {transport} conformance tests (feature {feature})");
+        let executable = build_test_binary(transport, feature)?;
+        let configurations: Vec<String> =
+            manifest.configurations.iter().filter(|c| c.transport == *transport).map(|c| c.name.clone()).collect();
+        binaries.push((*transport, executable, configurations));
+    }
+    let total: usize = binaries.iter().map(|(_, exe, _)| count_tests(exe).unwrap_or(0)).sum();
+    let (mut done, mut runs) = (0, Vec::new());
+    for (transport, executable, configurations) in &binaries {
+        let (finished, failures, wall) = run_binary(transport, executable, &mut done, total)?;
+        runs.push(BinaryRun { configurations: configurations.clone(), finished, failures, wall });
+    }
+
+    // Every binary completed: only now may the ledger change.
+    let mut results = Vec::new();
+    let mut timings: BTreeMap<CellId, Duration> = BTreeMap::new();
+    for run in &runs {
+        for configuration in &run.configurations {
+            for behaviour in manifest.behaviour_ids() {
+                let cell = CellId::new(configuration.clone(), behaviour);
+                let mine: Vec<&Finished> = run
+                    .finished
+                    .iter()
+                    .filter(|f| {
+                        libtest::cell_of(&f.name).is_some_and(|(module, _, n)| {
+                            modules.get(module) == Some(&configuration.as_str()) && n == behaviour.0
+                        })
+                    })
+                    .collect();
+                if let Some(slowest) = mine.iter().map(|f| f.elapsed).max() {
+                    timings.insert(cell.clone(), slowest);
+                }
+                results.push(CellResult {
+                    reactor: variant_result(&mine, "reactor"),
+                    proactor: variant_result(&mine, "proactor"),
+                    cell,
+                });
+            }
+        }
+    }
+    let report = ledger.apply(&results);
+    ledger.save(&cells_path)?;
+    let record = run_record(&runs, &modules);
+    ledger::append_run(&ledger_dir.join("runs.jsonl"), &record)?;
+    if ledger_dir == default_dir {
+        generator::generate(&root, generator::Mode::Write)?;
+    } else {
+        let markdown = ledger.render_markdown(&manifest.configuration_names(), &manifest.behaviour_ids());
+        std::fs::write(ledger_dir.join("LEDGER.md"), markdown)?;
+    }
+    if let Some(path) = &args.junit {
+        crate::conformance::junit::write(path, &runs, &modules)?;
+    }
+    print_summary(&record, &report, &timings, &runs);
+
+    let mut problems = Vec::new();
+    for cell in &report.regressions {
+        problems.push(format!(
+            "regression: {cell} was {} and now fails",
+            ledger.get(cell).map_or("?".into(), ToString::to_string)
+        ));
+    }
+    for cell in &report.failing {
+        problems.push(format!("failing: {cell} fails and is not Deferred (defer it with a reason, or fix it)"));
+    }
+    for cell in &report.incomplete {
+        problems.push(format!("incomplete: {cell} did not run in both pump variants"));
+    }
+    if !problems.is_empty() {
+        bail!("{}", problems.join("\n"));
+    }
+    Ok(())
+}
+
+fn run_record(runs: &[BinaryRun], modules: &BTreeMap<String, &str>) -> RunRecord {
+    let mut tallies: BTreeMap<(String, String), ConfigurationRun> = BTreeMap::new();
+    for run in runs {
+        for finished in &run.finished {
+            let Some((module, variant, _)) = libtest::cell_of(&finished.name) else { continue };
+            let Some(configuration) = modules.get(module) else { continue };
+            let tally =
+                tallies.entry((configuration.to_string(), variant.to_owned())).or_insert_with(|| ConfigurationRun {
+                    configuration: configuration.to_string(),
+                    variant: variant.to_owned(),
+                    passed: 0,
+                    failed: 0,
+                    skipped: 0,
+                    wall_ms: run.wall.as_millis() as u64,
+                    flakes: Vec::new(),
+                });
+            match finished.result {
+                TestResult::Ok => tally.passed += 1,
+                TestResult::Failed => tally.failed += 1,
+                TestResult::Ignored => tally.skipped += 1,
+            }
+        }
+    }
+    RunRecord { date: ledger::now_rfc3339(), commit: git_commit(), configurations: tallies.into_values().collect() }
+}
+
+fn print_summary(
+    record: &RunRecord,
+    report: &ledger::UpdateReport,
+    timings: &BTreeMap<CellId, Duration>,
+    runs: &[BinaryRun],
+) {
+    eprintln!("\n{:<24} {:<9} {:>6} {:>6} {:>7}", "configuration", "variant", "passed", "failed", "skipped");
+    for run in &record.configurations {
+        eprintln!(
+            "{:<24} {:<9} {:>6} {:>6} {:>7}",
+            run.configuration, run.variant, run.passed, run.failed, run.skipped
+        );
+    }
+    for run in runs {
+        eprintln!("wall time of {}: {:.1} s", run.configurations.join(", "), run.wall.as_secs_f64());
+    }
+    if let Some((cell, time)) = timings.iter().max_by_key(|(_, time)| **time) {
+        eprintln!("slowest cell: {cell} ({:.1} s)", time.as_secs_f64());
+    }
+    for transition in &report.transitions {
+        eprintln!("ledger: {} {} -> {}", transition.cell, transition.from, transition.to);
+    }
+    for cell in &report.still_deferred {
+        eprintln!("still deferred: {cell}");
+    }
+    for run in runs {
+        for (name, text) in &run.failures {
+            eprintln!("\n---- {name} ----\n{}", text.trim_end());
+        }
+    }
+}
+
+mod junit {
+    //! The run as JUnit XML: one suite per configuration and variant, one case per behaviour.
+
+    use super::*;
+    use quick_junit::{NonSuccessKind, Report, TestCase, TestCaseStatus, TestSuite};
+
+    pub fn write(path: &Path, runs: &[BinaryRun], modules: &BTreeMap<String, &str>) -> Result<()> {
+        let mut suites: BTreeMap<String, TestSuite> = BTreeMap::new();
+        for run in runs {
+            for finished in &run.finished {
+                let Some((module, variant, number)) = libtest::cell_of(&finished.name) else { continue };
+                let configuration = modules.get(module).copied().unwrap_or(module);
+                let status = match finished.result {
+                    TestResult::Ok => TestCaseStatus::success(),
+                    TestResult::Ignored => TestCaseStatus::skipped(),
+                    TestResult::Failed => {
+                        let mut status = TestCaseStatus::non_success(NonSuccessKind::Failure);
+                        if let Some(text) = run.failures.get(&finished.name) {
+                            status.set_description(text.clone());
+                        }
+                        status
+                    }
+                };
+                let mut case = TestCase::new(format!("{} {}", Behaviour(number), finished.name), status);
+                case.set_classname(format!("{configuration}.{variant}"));
+                case.set_time(finished.elapsed);
+                suites
+                    .entry(format!("{configuration}/{variant}"))
+                    .or_insert_with_key(|name| TestSuite::new(name.clone()))
+                    .add_test_case(case);
+            }
+        }
+        let mut report = Report::new("conformance");
+        report.add_test_suites(suites.into_values());
+        let xml = report.to_string().context("rendering JUnit XML")?;
+        std::fs::write(path, xml).with_context(|| format!("writing {}", path.display()))
+    }
+}

@@ -1,0 +1,74 @@
+//! The project's task runner (the cargo-xtask convention): `cargo xtask <task>`.
+
+mod conformance;
+mod ledger_tasks;
+mod libtest;
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Instant;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "cargo xtask",
+    about = "Generate, run and record the delivery-count conformance matrix",
+    arg_required_else_help = true
+)]
+struct Cli {
+    #[command(subcommand)]
+    task: Task,
+}
+
+#[derive(Subcommand)]
+enum Task {
+    /// Render templates/ into generated/ and ledger/LEDGER.md
+    Generate {
+        /// Fail with a diff instead of writing when anything differs
+        #[arg(long)]
+        check: bool,
+    },
+    /// Run the generated conformance cells (both pump variants) and record them in the ledger
+    Conformance(conformance::Args),
+    /// Read, defer, render or audit ledger cells
+    #[command(subcommand)]
+    Ledger(ledger_tasks::LedgerTask),
+}
+
+/// The workspace root: the xtask lives one folder below it.
+pub fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask is inside the workspace").to_path_buf()
+}
+
+fn generate(check: bool) -> Result<()> {
+    let started = Instant::now();
+    let mode = if check { generator::Mode::Check } else { generator::Mode::Write };
+    let outcome = generator::generate(&root(), mode)?;
+    let verb = if check { "checked" } else { "generated" };
+    eprintln!(
+        "{verb}: {} written, {} removed, {} unchanged in {:.2} s",
+        outcome.written.len(),
+        outcome.removed.len(),
+        outcome.unchanged,
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.task {
+        Task::Generate { check } => generate(check),
+        Task::Conformance(args) => conformance::run(&args),
+        Task::Ledger(task) => ledger_tasks::run(task),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
