@@ -76,6 +76,9 @@ where
             };
             let action = decide(&mut message, dispatch, &self.subscription);
             self.settle(&message, &action, stop, counters).await;
+            // A channel that always has a message ready never returns Pending; yield so the
+            // pump cannot starve its worker thread (or block the runtime's shutdown).
+            tokio::task::yield_now().await;
         }
     }
 

@@ -198,3 +198,26 @@ fn a_message_that_cannot_be_settled_is_released_on_stop(#[values(Pump::Reactor, 
     assert_eq!(released.len(), 1, "released back to the source, not dropped");
     assert_eq!(released[0].id(), sent.id());
 }
+
+#[test]
+fn a_busy_proactor_yields_to_other_tasks_on_its_runtime() {
+    // A message always ready (unlimited budget, requeued at once) must not starve the runtime:
+    // on one thread, a timer beside the pump still fires and the pump still stops.
+    let broker = MemoryBroker::new();
+    send(&broker, b"always fails");
+    let subscription = subscription(-1);
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    runtime.block_on(async {
+        let pump = gateway::pump::Proactor::new(
+            channel(&broker, &subscription),
+            subscription,
+            crate::support::WholeMessage,
+            Scripted::new(vec![Outcome::Defer]),
+        )
+        .start();
+        let timer = tokio::time::timeout(Duration::from_secs(5), tokio::time::sleep(Duration::from_millis(50))).await;
+        assert!(timer.is_ok(), "the timer beside the pump never fired");
+        let stats = pump.stop().await;
+        assert!(stats.requeued > 0);
+    });
+}

@@ -73,7 +73,10 @@ impl Handler<Message> for Scripted {
 #[async_trait]
 impl AsyncHandler<Message> for Scripted {
     async fn handle(&self, message: Message) -> Outcome {
-        tokio::time::sleep(self.pause).await;
+        // No await without a pause: a handler that never yields is what the pump must survive.
+        if !self.pause.is_zero() {
+            tokio::time::sleep(self.pause).await;
+        }
         self.answer(&message)
     }
 }
