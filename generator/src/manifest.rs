@@ -297,6 +297,9 @@ configurations:
     #[test]
     fn yaml_errors_and_unknown_fields_carry_a_line() {
         let error = error_of(&VALID.replace("    summary: s\n", "    summary: s\n    sumary: t\n"));
-        assert!(error.starts_with("templates/manifest.yaml:3: behaviours[0]: unknown field `sumary`"), "{error}");
+        assert!(
+            error.starts_with("templates/manifest.yaml:7: behaviours[0]: unknown field `sumary`, expected one of"),
+            "{error}"
+        );
     }
 }

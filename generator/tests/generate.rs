@@ -1,0 +1,124 @@
+//! The generator against the real repository and against scratch copies of it.
+
+use std::path::{Path, PathBuf};
+
+use generator::{generate, GenerateError, Mode};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+}
+
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap().flatten() {
+        let target = to.join(entry.file_name());
+        if entry.path().is_dir() {
+            copy_tree(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}
+
+/// A copy of everything the generator reads and writes.
+fn scratch_repository() -> tempfile::TempDir {
+    let scratch = tempfile::tempdir().unwrap();
+    for folder in ["templates", "generated", "ledger"] {
+        copy_tree(&root().join(folder), &scratch.path().join(folder));
+    }
+    std::fs::copy(root().join("rustfmt.toml"), scratch.path().join("rustfmt.toml")).unwrap();
+    scratch
+}
+
+#[test]
+fn the_checked_in_generated_code_is_fresh() {
+    if let Err(error) = generate(&root(), Mode::Check) {
+        panic!("{error}");
+    }
+}
+
+#[test]
+fn a_hand_edit_in_generated_fails_the_check_with_a_diff_and_the_fix() {
+    let scratch = scratch_repository();
+    let edited = scratch.path().join("generated/tests/memory/memory/reactor/fr_23.rs");
+    let text = std::fs::read_to_string(&edited).unwrap().replace("const R: i32 = 3;", "const R: i32 = 30;");
+    std::fs::write(&edited, text).unwrap();
+
+    let error = generate(scratch.path(), Mode::Check).unwrap_err();
+    assert!(matches!(error, GenerateError::Stale { count: 1, .. }), "{error}");
+    let message = error.to_string();
+    assert!(message.contains("generated/tests/memory/memory/reactor/fr_23.rs"), "{message}");
+    assert!(message.contains("-    const R: i32 = 30;") && message.contains("+    const R: i32 = 3;"), "{message}");
+    assert!(message.contains("Run `cargo xtask generate` to regenerate"), "{message}");
+
+    // Write mode repairs it, and the output is byte-identical to what was checked in.
+    generate(scratch.path(), Mode::Write).unwrap();
+    assert_eq!(
+        std::fs::read_to_string(&edited).unwrap(),
+        std::fs::read_to_string(root().join("generated/tests/memory/memory/reactor/fr_23.rs")).unwrap()
+    );
+    generate(scratch.path(), Mode::Check).unwrap();
+}
+
+#[test]
+fn a_stray_file_in_generated_fails_the_check_and_write_removes_it() {
+    let scratch = scratch_repository();
+    let stray = scratch.path().join("generated/tests/memory/memory/reactor/fr_99.rs");
+    std::fs::write(&stray, "// left behind\n").unwrap();
+    let error = generate(scratch.path(), Mode::Check).unwrap_err().to_string();
+    assert!(error.contains("fr_99.rs: not produced by any template (stale)"), "{error}");
+    let outcome = generate(scratch.path(), Mode::Write).unwrap();
+    assert_eq!(outcome.removed.len(), 1);
+    assert!(!stray.exists());
+}
+
+#[test]
+fn generation_is_deterministic() {
+    let scratch = scratch_repository();
+    std::fs::remove_dir_all(scratch.path().join("generated")).unwrap();
+    std::fs::remove_file(scratch.path().join("ledger/LEDGER.md")).unwrap();
+    let first = generate(scratch.path(), Mode::Write).unwrap();
+    assert_eq!(first.written.len(), 28);
+    let second = generate(scratch.path(), Mode::Write).unwrap();
+    assert!(second.written.is_empty(), "a second run rewrote {:?}", second.written);
+}
+
+/// A scratch repository with a second, Deferred configuration, to snapshot what a reviewer
+/// sees for a representative cell of each kind.
+fn with_deferred_configuration() -> tempfile::TempDir {
+    let scratch = scratch_repository();
+    let manifest = scratch.path().join("templates/manifest.yaml");
+    let mut text = std::fs::read_to_string(&manifest).unwrap();
+    text.push_str("  - name: slow-broker\n    transport: slow\n    feature: slow\n    provider: slow_broker\n");
+    std::fs::write(&manifest, text).unwrap();
+    let cells = scratch.path().join("ledger/cells.tsv");
+    let mut text = std::fs::read_to_string(&cells).unwrap();
+    text.push_str("slow-broker\tFR-9\tDeferred\t#4\tthe broker ignores \"DelaySeconds\"\n");
+    std::fs::write(&cells, text).unwrap();
+    generate(scratch.path(), Mode::Write).unwrap();
+    scratch
+}
+
+fn read(scratch: &tempfile::TempDir, path: &str) -> String {
+    std::fs::read_to_string(scratch.path().join(path)).unwrap()
+}
+
+#[test]
+fn snapshots_of_representative_outputs() {
+    let scratch = with_deferred_configuration();
+    insta::assert_snapshot!(
+        "deferred_cell_reactor_fr_9",
+        read(&scratch, "generated/tests/slow/slow_broker/reactor/fr_9.rs")
+    );
+    insta::assert_snapshot!(
+        "pump_cell_proactor_fr_23",
+        read(&scratch, "generated/tests/slow/slow_broker/proactor/fr_23.rs")
+    );
+    insta::assert_snapshot!(
+        "relaxed_oracle_reactor_fr_16",
+        read(&scratch, "generated/tests/slow/slow_broker/reactor/fr_16.rs")
+    );
+    insta::assert_snapshot!("binary_main", read(&scratch, "generated/tests/slow/main.rs"));
+    insta::assert_snapshot!("crate_manifest", read(&scratch, "generated/Cargo.toml"));
+    insta::assert_snapshot!("ledger_markdown", read(&scratch, "ledger/LEDGER.md"));
+}
