@@ -2,3 +2,5 @@
 //! settles them. The in-memory one is always compiled; broker ones sit behind cargo features.
 
 pub mod memory;
+#[cfg(feature = "sqs")]
+pub mod sqs;

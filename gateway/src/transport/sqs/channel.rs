@@ -1,0 +1,176 @@
+//! The SQS consumer channel.
+
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use aws_sdk_sqs::types::{Message as SqsMessage, MessageSystemAttributeName};
+
+use super::producer::send_to_queue;
+use super::wire::{self, MalformedMessage};
+use super::{broker_error, on_gateway_runtime, read_sns_envelope, MAX_VISIBILITY_TIMEOUT_SECONDS, MAX_WAIT_SECONDS};
+use crate::channel::{Channel, ChannelError};
+use crate::message::Message;
+use crate::rejection::{self, Rejection, RejectionRoute};
+use crate::subscription::Subscription;
+
+/// How the queue's messages are laid out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Envelope {
+    /// Sent straight to the queue: body and message attributes.
+    Raw,
+    /// Published to an SNS topic subscribed by the queue without raw delivery.
+    Sns,
+}
+
+#[derive(Debug, Clone)]
+pub struct SqsChannel {
+    pub(super) client: aws_sdk_sqs::Client,
+    pub(super) queue_url: String,
+    pub(super) dead_letter_url: Option<String>,
+    pub(super) invalid_url: Option<String>,
+    pub(super) subscription: Subscription,
+    pub(super) envelope: Envelope,
+    pub(super) fifo: bool,
+}
+
+fn broker_count(message: &SqsMessage) -> Option<i64> {
+    message.attributes()?.get(&MessageSystemAttributeName::ApproximateReceiveCount)?.parse().ok()
+}
+
+impl SqsChannel {
+    /// The broker message as a `Message`; the handled count through the delivery-count rule.
+    pub fn read(&self, message: &SqsMessage) -> Result<Message, MalformedMessage> {
+        let body = message.body().unwrap_or_default();
+        let receipt = message.receipt_handle().map(str::to_owned);
+        match self.envelope {
+            Envelope::Raw => {
+                let attributes = message.message_attributes();
+                let attribute = |name: &str| attributes?.get(name)?.string_value();
+                wire::read_message(attribute, body, broker_count(message), receipt)
+            }
+            Envelope::Sns => read_sns_envelope(body, broker_count(message), receipt),
+        }
+    }
+
+    async fn receive_batch(&self, wait_seconds: i32) -> Result<Vec<SqsMessage>, ChannelError> {
+        let request = self
+            .client
+            .receive_message()
+            .queue_url(&self.queue_url)
+            .max_number_of_messages(1)
+            .wait_time_seconds(wait_seconds)
+            .message_system_attribute_names(MessageSystemAttributeName::All)
+            .message_attribute_names("All");
+        let output = on_gateway_runtime(request.send()).await.map_err(|e| broker_error(self.name(), "receive", &e))?;
+        Ok(output.messages.unwrap_or_default())
+    }
+
+    async fn change_visibility(
+        &self,
+        message: &Message,
+        seconds: u64,
+        operation: &'static str,
+    ) -> Result<(), ChannelError> {
+        let receipt = self.receipt(message, operation)?;
+        let request = self
+            .client
+            .change_message_visibility()
+            .queue_url(&self.queue_url)
+            .receipt_handle(receipt)
+            .visibility_timeout(seconds.min(MAX_VISIBILITY_TIMEOUT_SECONDS) as i32);
+        on_gateway_runtime(request.send()).await.map_err(|e| broker_error(self.name(), operation, &e))?;
+        Ok(())
+    }
+
+    async fn delete(&self, message: &Message, operation: &'static str) -> Result<(), ChannelError> {
+        let receipt = self.receipt(message, operation)?;
+        let request = self.client.delete_message().queue_url(&self.queue_url).receipt_handle(receipt);
+        on_gateway_runtime(request.send()).await.map_err(|e| broker_error(self.name(), operation, &e))?;
+        Ok(())
+    }
+
+    fn receipt<'m>(&self, message: &'m Message, operation: &'static str) -> Result<&'m str, ChannelError> {
+        message.receipt.as_deref().ok_or_else(|| ChannelError::NotInFlight {
+            channel: self.name().to_owned(),
+            operation,
+            message_id: message.header.id.clone(),
+        })
+    }
+
+    /// A message that cannot be read is still routed as Unacceptable with its raw body, never dropped.
+    async fn route_unreadable(&self, raw: &SqsMessage, problem: MalformedMessage) -> Result<(), ChannelError> {
+        tracing::warn!(channel = self.name(), message_id = raw.message_id(), %problem, "routing an unreadable message as Unacceptable");
+        let message = wire::unreadable(
+            raw.message_id().unwrap_or_default(),
+            &self.subscription.routing_key,
+            raw.body().unwrap_or_default(),
+            raw.receipt_handle().map(str::to_owned),
+        );
+        self.reject(&message, Some(&Rejection::unacceptable(problem.to_string()))).await.map(drop)
+    }
+}
+
+#[async_trait]
+impl Channel for SqsChannel {
+    // A channel is named after the queue it reads, not the subscription.
+    #[allow(clippy::misnamed_getters)]
+    fn name(&self) -> &str {
+        &self.subscription.routing_key
+    }
+
+    async fn receive(&self, timeout: Duration) -> Result<Option<Message>, ChannelError> {
+        let started = Instant::now();
+        loop {
+            let remaining = timeout.saturating_sub(started.elapsed());
+            let wait = remaining.as_secs().min(MAX_WAIT_SECONDS);
+            for raw in self.receive_batch(wait as i32).await? {
+                match self.read(&raw) {
+                    Ok(message) => return Ok(Some(message)),
+                    Err(problem) => self.route_unreadable(&raw, problem).await?,
+                }
+            }
+            if started.elapsed() >= timeout {
+                return Ok(None);
+            }
+            if wait == 0 {
+                // SQS long-polls in whole seconds: wait out a sub-second remainder, look once more.
+                tokio::time::sleep(remaining).await;
+            }
+        }
+    }
+
+    async fn acknowledge(&self, message: &Message) -> Result<(), ChannelError> {
+        self.delete(message, "acknowledge").await
+    }
+
+    async fn reject(&self, message: &Message, rejection: Option<&Rejection>) -> Result<bool, ChannelError> {
+        let destination = match rejection::route(rejection, &self.subscription) {
+            RejectionRoute::DeadLetter(_) => self.dead_letter_url.as_deref(),
+            RejectionRoute::Invalid(_) => self.invalid_url.as_deref(),
+            RejectionRoute::Nowhere => None,
+        };
+        let Some(url) = destination else {
+            tracing::warn!(
+                channel = self.name(),
+                message_id = message.id(),
+                "rejected with no dead-letter or invalid-message queue; deleted"
+            );
+            self.delete(message, "reject").await?;
+            return Ok(false);
+        };
+        let copy = rejection::stamp(message, rejection);
+        send_to_queue(&self.client, url, &copy, 0, self.fifo).await.map_err(|e| broker_error(url, "reject", &*e))?;
+        self.delete(message, "reject").await?;
+        Ok(true)
+    }
+
+    async fn requeue(&self, message: &Message, delay: Duration) -> Result<(), ChannelError> {
+        // Whole seconds, rounded up: never visible again before the delay.
+        let seconds = delay.as_secs() + u64::from(delay.subsec_nanos() > 0);
+        self.change_visibility(message, seconds, "requeue").await
+    }
+
+    async fn nack(&self, message: &Message) -> Result<(), ChannelError> {
+        self.change_visibility(message, 0, "nack").await
+    }
+}

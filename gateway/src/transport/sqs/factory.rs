@@ -1,0 +1,224 @@
+//! Connections, subscriptions and channel creation per make-channels mode.
+
+use std::time::Duration;
+
+use aws_sdk_sqs::types::QueueAttributeName;
+
+use super::channel::{Envelope, SqsChannel};
+use super::producer::{SnsProducer, SqsProducer};
+use super::{broker_error, on_gateway_runtime};
+use crate::budget::{self, DeliveryCounting};
+use crate::channel::ChannelError;
+use crate::subscription::{MakeChannels, Subscription};
+
+/// SQS and SNS clients for one account and endpoint.
+#[derive(Debug, Clone)]
+pub struct SqsConnection {
+    sqs: aws_sdk_sqs::Client,
+    sns: aws_sdk_sns::Client,
+}
+
+/// A subscription read through SQS.
+#[derive(Debug, Clone)]
+pub struct SqsSubscription {
+    pub subscription: Subscription,
+    /// The SNS topic that feeds the queue (non-raw envelope); `None` reads the queue directly.
+    pub topic: Option<String>,
+    /// FIFO queue (and topic): names end with `.fifo`.
+    pub fifo: bool,
+    /// The RedrivePolicy maxReceiveCount (M) set on the queue when this subscription creates it.
+    pub redrive_limit: Option<u32>,
+    pub visibility_timeout: Duration,
+}
+
+impl SqsSubscription {
+    pub fn new(subscription: Subscription) -> SqsSubscription {
+        SqsSubscription {
+            subscription,
+            topic: None,
+            fifo: false,
+            redrive_limit: None,
+            visibility_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+impl DeliveryCounting for SqsSubscription {
+    /// Only a policy the project created is visible to it (ADR 0077, R-10).
+    fn native_redrive_limit(&self) -> Option<u32> {
+        let created = self.subscription.make_channels == MakeChannels::Create;
+        let has_destination = self.subscription.dead_letter_routing_key.is_some();
+        self.redrive_limit.filter(|_| created && has_destination)
+    }
+
+    /// ApproximateReceiveCount is always returned: an SQS budget is always enforceable.
+    fn unenforceable_reason(&self) -> Option<String> {
+        None
+    }
+}
+
+impl SqsConnection {
+    pub fn new(sqs: aws_sdk_sqs::Client, sns: aws_sdk_sns::Client) -> SqsConnection {
+        SqsConnection { sqs, sns }
+    }
+
+    /// From the environment's AWS configuration (credentials, region, `AWS_ENDPOINT_URL`).
+    pub async fn from_environment() -> SqsConnection {
+        let config = on_gateway_runtime(aws_config::load_defaults(aws_config::BehaviorVersion::latest())).await;
+        SqsConnection::new(aws_sdk_sqs::Client::new(&config), aws_sdk_sns::Client::new(&config))
+    }
+
+    /// A local emulator (moto, LocalStack) at `endpoint`, with fixed test credentials.
+    pub fn local(endpoint: &str) -> SqsConnection {
+        let credentials = aws_sdk_sqs::config::Credentials::new("test", "test", None, None, "local-emulator");
+        let region = aws_sdk_sqs::config::Region::new("us-east-1");
+        let behaviour = aws_sdk_sqs::config::BehaviorVersion::latest();
+        let sqs = aws_sdk_sqs::Config::builder()
+            .behavior_version(behaviour)
+            .endpoint_url(endpoint)
+            .region(region.clone())
+            .credentials_provider(credentials.clone())
+            .build();
+        let sns = aws_sdk_sns::Config::builder()
+            .behavior_version(behaviour)
+            .endpoint_url(endpoint)
+            .region(region)
+            .credentials_provider(credentials)
+            .build();
+        SqsConnection::new(aws_sdk_sqs::Client::from_conf(sqs), aws_sdk_sns::Client::from_conf(sns))
+    }
+
+    pub fn sqs_producer(&self) -> SqsProducer {
+        SqsProducer::new(self.sqs.clone())
+    }
+
+    pub fn sns_producer(&self) -> SnsProducer {
+        SnsProducer::new(self.sns.clone())
+    }
+
+    pub fn sqs_client(&self) -> &aws_sdk_sqs::Client {
+        &self.sqs
+    }
+
+    /// The consumer channel of a subscription: creates or checks its queues (and topic) per
+    /// the make-channels mode, then logs R-11 once if the budget cannot be enforced.
+    pub async fn channel(&self, subscription: &SqsSubscription) -> Result<SqsChannel, ChannelError> {
+        let common = &subscription.subscription;
+        let mode = common.make_channels;
+        let dead_letter_url = match &common.dead_letter_routing_key {
+            Some(name) => Some(self.queue(name, subscription, mode, None).await?),
+            None => None,
+        };
+        let invalid_url = match &common.invalid_message_routing_key {
+            Some(name) => Some(self.queue(name, subscription, mode, None).await?),
+            None => None,
+        };
+        let redrive = match (&dead_letter_url, subscription.native_redrive_limit()) {
+            (Some(url), Some(limit)) => Some((self.queue_arn(url).await?, limit)),
+            _ => None,
+        };
+        let queue_url = self.queue(&common.routing_key, subscription, mode, redrive).await?;
+        if let (Some(topic), MakeChannels::Create) = (&subscription.topic, mode) {
+            self.subscribe(topic, &queue_url, subscription.fifo).await?;
+        }
+        budget::warn_if_unenforceable(common, subscription);
+        Ok(SqsChannel {
+            client: self.sqs.clone(),
+            queue_url,
+            dead_letter_url,
+            invalid_url,
+            subscription: common.clone(),
+            envelope: if subscription.topic.is_some() { Envelope::Sns } else { Envelope::Raw },
+            fifo: subscription.fifo,
+        })
+    }
+
+    /// A reader of a queue that receives raw messages (a dead-letter or invalid-message queue).
+    pub async fn reader(&self, queue: &str, fifo: bool) -> Result<SqsChannel, ChannelError> {
+        let mut subscription =
+            SqsSubscription::new(Subscription::new(queue, queue).with_make_channels(MakeChannels::Validate));
+        subscription.fifo = fifo;
+        self.channel(&subscription).await
+    }
+
+    async fn queue(
+        &self,
+        name: &str,
+        subscription: &SqsSubscription,
+        mode: MakeChannels,
+        redrive: Option<(String, u32)>,
+    ) -> Result<String, ChannelError> {
+        if mode != MakeChannels::Create {
+            // SQS addresses queues by URL: resolving it is a read, made in Assume mode too.
+            let request = self.sqs.get_queue_url().queue_name(name);
+            return match on_gateway_runtime(request.send()).await {
+                Ok(output) => Ok(output.queue_url.unwrap_or_default()),
+                Err(_) => Err(ChannelError::Missing { channel: name.to_owned() }),
+            };
+        }
+        let visibility = subscription.visibility_timeout.as_secs().to_string();
+        let mut request =
+            self.sqs.create_queue().queue_name(name).attributes(QueueAttributeName::VisibilityTimeout, visibility);
+        if subscription.fifo {
+            request = request
+                .attributes(QueueAttributeName::FifoQueue, "true")
+                .attributes(QueueAttributeName::ContentBasedDeduplication, "true");
+        }
+        if let Some((arn, limit)) = redrive {
+            let policy = serde_json::json!({ "deadLetterTargetArn": arn, "maxReceiveCount": limit }).to_string();
+            request = request.attributes(QueueAttributeName::RedrivePolicy, policy);
+        }
+        let output = on_gateway_runtime(request.send()).await.map_err(|e| broker_error(name, "create queue", &e))?;
+        Ok(output.queue_url.unwrap_or_default())
+    }
+
+    async fn queue_arn(&self, url: &str) -> Result<String, ChannelError> {
+        let request = self.sqs.get_queue_attributes().queue_url(url).attribute_names(QueueAttributeName::QueueArn);
+        let output = on_gateway_runtime(request.send()).await.map_err(|e| broker_error(url, "read queue ARN", &e))?;
+        output.attributes.and_then(|attributes| attributes.get(&QueueAttributeName::QueueArn).cloned()).ok_or_else(
+            || ChannelError::Broker {
+                channel: url.to_owned(),
+                operation: "read queue ARN",
+                detail: "no QueueArn".into(),
+            },
+        )
+    }
+
+    async fn subscribe(&self, topic: &str, queue_url: &str, fifo: bool) -> Result<(), ChannelError> {
+        let mut request = self.sns.create_topic().name(topic);
+        if fifo {
+            request = request.attributes("FifoTopic", "true").attributes("ContentBasedDeduplication", "true");
+        }
+        let topic_arn = on_gateway_runtime(request.send())
+            .await
+            .map_err(|e| broker_error(topic, "create topic", &e))?
+            .topic_arn
+            .unwrap_or_default();
+        let queue_arn = self.queue_arn(queue_url).await?;
+        let request = self
+            .sns
+            .subscribe()
+            .topic_arn(topic_arn)
+            .protocol("sqs")
+            .endpoint(queue_arn)
+            .attributes("RawMessageDelivery", "false");
+        on_gateway_runtime(request.send()).await.map_err(|e| broker_error(topic, "subscribe", &e))?;
+        Ok(())
+    }
+
+    /// Deletes queues and a topic by name, ignoring ones already gone: test teardown.
+    pub async fn delete(&self, queues: &[String], topic: Option<&str>) {
+        for queue in queues {
+            if let Ok(output) = on_gateway_runtime(self.sqs.get_queue_url().queue_name(queue).send()).await {
+                let url = output.queue_url.unwrap_or_default();
+                let _ = on_gateway_runtime(self.sqs.delete_queue().queue_url(url).send()).await;
+            }
+        }
+        if let Some(topic) = topic {
+            if let Ok(output) = on_gateway_runtime(self.sns.create_topic().name(topic).send()).await {
+                let arn = output.topic_arn.unwrap_or_default();
+                let _ = on_gateway_runtime(self.sns.delete_topic().topic_arn(arn).send()).await;
+            }
+        }
+    }
+}

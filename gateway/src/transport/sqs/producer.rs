@@ -1,0 +1,188 @@
+//! Producers: straight to an SQS queue, or to an SNS topic that feeds queues.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use aws_sdk_sqs::types::MessageAttributeValue;
+
+use super::wire::header_attributes;
+use super::{broker_error, on_gateway_runtime, DEDUPLICATION_ID_KEY, MAX_DELAY_SECONDS};
+use crate::channel::{ChannelError, Producer};
+use crate::message::Message;
+
+type SendError = Box<dyn std::error::Error + Send + Sync>;
+
+fn text_body(message: &Message) -> Result<String, SendError> {
+    String::from_utf8(message.body.bytes.clone())
+        .map_err(|_| format!("message {}: SQS and SNS bodies are text and this body is not UTF-8", message.id()).into())
+}
+
+fn group_and_deduplication(message: &Message) -> (String, Option<String>) {
+    let group = message.header.partition_key.clone().unwrap_or_else(|| "default".to_owned());
+    let deduplication = message.header.bag.get(DEDUPLICATION_ID_KEY).map(ToString::to_string);
+    (group, deduplication)
+}
+
+/// Sends a message to a queue by URL: used by the producer and by rejection routing.
+pub(super) async fn send_to_queue(
+    client: &aws_sdk_sqs::Client,
+    url: &str,
+    message: &Message,
+    delay_seconds: u64,
+    fifo: bool,
+) -> Result<(), SendError> {
+    let mut request = client.send_message().queue_url(url).message_body(text_body(message)?);
+    for (name, value) in header_attributes(message) {
+        let attribute = MessageAttributeValue::builder().data_type("String").string_value(value).build()?;
+        request = request.message_attributes(name, attribute);
+    }
+    if fifo {
+        // Deduplication falls back to the content-based deduplication the project's FIFO queues enable.
+        let (group, deduplication) = group_and_deduplication(message);
+        request = request.message_group_id(group).set_message_deduplication_id(deduplication);
+    } else if delay_seconds > 0 {
+        request = request.delay_seconds(delay_seconds as i32);
+    }
+    on_gateway_runtime(request.send()).await?;
+    Ok(())
+}
+
+/// Whole seconds, rounded up, within SQS's limit; a longer delay is an error, not a shorter wait.
+fn delay_seconds(destination: &str, delay: Duration, fifo: bool) -> Result<u64, ChannelError> {
+    let seconds = delay.as_secs() + u64::from(delay.subsec_nanos() > 0);
+    let refuse = |why: String| ChannelError::Broker {
+        channel: destination.to_owned(),
+        operation: "send with delay",
+        detail: why,
+    };
+    if fifo && seconds > 0 {
+        return Err(refuse(
+            "SQS FIFO queues take no per-message delay (DelaySeconds); set the queue's delay instead".into(),
+        ));
+    }
+    if seconds > MAX_DELAY_SECONDS {
+        return Err(refuse(format!(
+            "a delay of {seconds} s exceeds SQS's maximum DelaySeconds of {MAX_DELAY_SECONDS} s"
+        )));
+    }
+    Ok(seconds)
+}
+
+/// Publishes to the SQS queue named by the message's topic (a FIFO queue's name ends `.fifo`).
+#[derive(Debug)]
+pub struct SqsProducer {
+    client: aws_sdk_sqs::Client,
+    urls: Mutex<HashMap<String, String>>,
+}
+
+impl SqsProducer {
+    pub fn new(client: aws_sdk_sqs::Client) -> SqsProducer {
+        SqsProducer { client, urls: Mutex::default() }
+    }
+
+    async fn url(&self, queue: &str) -> Result<String, ChannelError> {
+        if let Some(url) = self.urls.lock().unwrap_or_else(|p| p.into_inner()).get(queue) {
+            return Ok(url.clone());
+        }
+        let request = self.client.get_queue_url().queue_name(queue);
+        let output = on_gateway_runtime(request.send()).await.map_err(|e| broker_error(queue, "send", &e))?;
+        let url = output.queue_url.unwrap_or_default();
+        self.urls.lock().unwrap_or_else(|p| p.into_inner()).insert(queue.to_owned(), url.clone());
+        Ok(url)
+    }
+}
+
+#[async_trait]
+impl Producer for SqsProducer {
+    async fn send(&self, message: &Message) -> Result<(), ChannelError> {
+        self.send_with_delay(message, Duration::ZERO).await
+    }
+
+    async fn send_with_delay(&self, message: &Message, delay: Duration) -> Result<(), ChannelError> {
+        let queue = &message.header.topic;
+        let fifo = queue.ends_with(".fifo");
+        let seconds = delay_seconds(queue, delay, fifo)?;
+        let url = self.url(queue).await?;
+        send_to_queue(&self.client, &url, message, seconds, fifo).await.map_err(|e| broker_error(queue, "send", &*e))
+    }
+}
+
+/// Publishes to the SNS topic named by the message's topic. SNS has no per-message delay.
+#[derive(Debug)]
+pub struct SnsProducer {
+    client: aws_sdk_sns::Client,
+    arns: Mutex<HashMap<String, String>>,
+}
+
+impl SnsProducer {
+    pub fn new(client: aws_sdk_sns::Client) -> SnsProducer {
+        SnsProducer { client, arns: Mutex::default() }
+    }
+
+    /// CreateTopic is idempotent and answers the ARN: the cheapest lookup by name.
+    async fn arn(&self, topic: &str) -> Result<String, ChannelError> {
+        if let Some(arn) = self.arns.lock().unwrap_or_else(|p| p.into_inner()).get(topic) {
+            return Ok(arn.clone());
+        }
+        let mut request = self.client.create_topic().name(topic);
+        if topic.ends_with(".fifo") {
+            request = request.attributes("FifoTopic", "true").attributes("ContentBasedDeduplication", "true");
+        }
+        let output = on_gateway_runtime(request.send()).await.map_err(|e| broker_error(topic, "send", &e))?;
+        let arn = output.topic_arn.unwrap_or_default();
+        self.arns.lock().unwrap_or_else(|p| p.into_inner()).insert(topic.to_owned(), arn.clone());
+        Ok(arn)
+    }
+}
+
+#[async_trait]
+impl Producer for SnsProducer {
+    async fn send(&self, message: &Message) -> Result<(), ChannelError> {
+        let topic = &message.header.topic;
+        let arn = self.arn(topic).await?;
+        let failed = |e: SendError| broker_error(topic, "send", &*e);
+        let mut request = self.client.publish().topic_arn(arn).message(text_body(message).map_err(failed)?);
+        for (name, value) in header_attributes(message) {
+            let attribute = aws_sdk_sns::types::MessageAttributeValue::builder()
+                .data_type("String")
+                .string_value(value)
+                .build()
+                .map_err(|e| failed(e.into()))?;
+            request = request.message_attributes(name, attribute);
+        }
+        if topic.ends_with(".fifo") {
+            let (group, deduplication) = group_and_deduplication(message);
+            request = request.message_group_id(group).set_message_deduplication_id(deduplication);
+        }
+        on_gateway_runtime(request.send()).await.map_err(|e| broker_error(topic, "send", &e))?;
+        Ok(())
+    }
+
+    async fn send_with_delay(&self, message: &Message, delay: Duration) -> Result<(), ChannelError> {
+        if !delay.is_zero() {
+            return Err(ChannelError::Broker {
+                channel: message.header.topic.clone(),
+                operation: "send with delay",
+                detail: "SNS has no per-message delay".into(),
+            });
+        }
+        self.send(message).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn delays_round_up_and_limits_are_refused_with_the_reason() {
+        assert_eq!(delay_seconds("q", Duration::from_millis(1500), false).unwrap(), 2);
+        assert_eq!(delay_seconds("q", Duration::ZERO, true).unwrap(), 0);
+        let too_long = delay_seconds("q", Duration::from_secs(901), false).unwrap_err().to_string();
+        assert!(too_long.contains("exceeds SQS's maximum DelaySeconds of 900 s"), "{too_long}");
+        let fifo = delay_seconds("q.fifo", Duration::from_secs(1), true).unwrap_err().to_string();
+        assert!(fifo.contains("FIFO queues take no per-message delay"), "{fifo}");
+    }
+}
