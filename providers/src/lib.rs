@@ -6,9 +6,12 @@
 pub mod assertion;
 pub mod cell;
 pub mod fault;
+pub mod local;
 #[cfg(feature = "memory")]
 pub mod memory;
 pub mod recording;
+#[cfg(feature = "sqs")]
+pub mod sqs;
 
 use async_trait::async_trait;
 
@@ -19,6 +22,8 @@ pub use cell::{
 #[cfg(feature = "memory")]
 pub use memory::memory;
 pub use recording::AlwaysDefers;
+#[cfg(feature = "sqs")]
+pub use sqs::{sns, sns_fifo, sqs, sqs_fifo};
 
 /// One configuration's provider. A provider starts (or finds) its broker once per test binary.
 #[async_trait]

@@ -1,0 +1,151 @@
+//! The SQS configurations: `sqs`, `sqs-fifo`, `sns` (SNS to SQS, non-raw envelope), `sns-fifo`.
+//!
+//! The broker, once per test binary: the endpoint in `AWS_ENDPOINT_URL` (with the environment's
+//! credentials), else a local moto server installed by `cargo xtask brokers install sqs`.
+
+use std::process::Command;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use gateway::transport::sqs::{SqsConnection, SqsSubscription};
+use gateway::{Channel, Producer, Subscription};
+
+use crate::assertion::FullHeader;
+use crate::cell::{Cell, CellParts, CellSpec, Teardown};
+use crate::local::{self, LocalProcess};
+use crate::Provider;
+
+/// The native redrive limit M the provider sets where the cell has a budget (FR-23: R = 3, M = 5).
+pub const NATIVE_REDRIVE_LIMIT: u32 = 5;
+
+struct Broker {
+    connection: SqsConnection,
+    _process: Option<LocalProcess>,
+}
+
+fn start_moto() -> LocalProcess {
+    let port = local::free_loopback_port();
+    let python = local::install_dir("sqs").join("venv/bin/python");
+    let mut command = Command::new(python);
+    command.arg(local::workspace_root().join("providers/brokers/moto_launcher.py")).arg(port.to_string());
+    local::start("moto", "sqs", command, port, "moto listening", Duration::from_secs(60))
+}
+
+fn broker() -> &'static Broker {
+    static BROKER: OnceLock<Broker> = OnceLock::new();
+    BROKER.get_or_init(|| match std::env::var("AWS_ENDPOINT_URL") {
+        Ok(_) => {
+            // Loading the environment's configuration is async; a plain thread may block on it
+            // whether or not the caller is on a runtime.
+            let connection =
+                std::thread::spawn(|| gateway::blocking::runtime().block_on(SqsConnection::from_environment()))
+                    .join()
+                    .expect("loading the AWS configuration panicked");
+            Broker { connection, _process: None }
+        }
+        Err(_) => {
+            let process = start_moto();
+            Broker {
+                connection: SqsConnection::local(&format!("http://127.0.0.1:{}", process.port)),
+                _process: Some(process),
+            }
+        }
+    })
+}
+
+/// The connection to this binary's SQS broker, for bespoke tests.
+pub fn connection() -> &'static SqsConnection {
+    &broker().connection
+}
+
+pub struct SqsConfiguration {
+    name: &'static str,
+    fifo: bool,
+    sns: bool,
+}
+
+pub fn sqs() -> &'static SqsConfiguration {
+    static CONFIGURATION: SqsConfiguration = SqsConfiguration { name: "sqs", fifo: false, sns: false };
+    &CONFIGURATION
+}
+
+pub fn sqs_fifo() -> &'static SqsConfiguration {
+    static CONFIGURATION: SqsConfiguration = SqsConfiguration { name: "sqs-fifo", fifo: true, sns: false };
+    &CONFIGURATION
+}
+
+pub fn sns() -> &'static SqsConfiguration {
+    static CONFIGURATION: SqsConfiguration = SqsConfiguration { name: "sns", fifo: false, sns: true };
+    &CONFIGURATION
+}
+
+pub fn sns_fifo() -> &'static SqsConfiguration {
+    static CONFIGURATION: SqsConfiguration = SqsConfiguration { name: "sns-fifo", fifo: true, sns: true };
+    &CONFIGURATION
+}
+
+struct DeleteAll {
+    queues: Vec<String>,
+    topic: Option<String>,
+}
+
+#[async_trait]
+impl Teardown for DeleteAll {
+    async fn teardown(&self) {
+        connection().delete(&self.queues, self.topic.as_deref()).await;
+    }
+}
+
+#[async_trait]
+impl Provider for SqsConfiguration {
+    fn configuration(&self) -> &'static str {
+        self.name
+    }
+
+    async fn cell(&self, spec: CellSpec) -> Cell {
+        let connection = connection();
+        let base = spec.unique_name(self.name);
+        let suffix = if self.fifo { ".fifo" } else { "" };
+        let queue = format!("{base}{suffix}");
+        let mut common = Subscription::new(&base, &queue).with_requeue_count(spec.requeue_count);
+        if spec.dead_letter {
+            common = common.with_dead_letter(format!("{base}-dlq{suffix}"));
+        }
+        if spec.invalid_channel {
+            common = common.with_invalid_message(format!("{base}-invalid{suffix}"));
+        }
+        let mut subscription = SqsSubscription::new(common.clone());
+        subscription.fifo = self.fifo;
+        subscription.topic = self.sns.then(|| format!("{base}-topic{suffix}"));
+        subscription.redrive_limit = (spec.dead_letter && spec.requeue_count > 0).then_some(NATIVE_REDRIVE_LIMIT);
+        let channel = connection.channel(&subscription).await.unwrap_or_else(|e| panic!("creating {queue}: {e}"));
+        let mut readers = Vec::new();
+        for name in [&common.dead_letter_routing_key, &common.invalid_message_routing_key] {
+            readers.push(match name {
+                Some(name) => {
+                    Some(Arc::new(connection.reader(name, self.fifo).await.expect("reader")) as Arc<dyn Channel>)
+                }
+                None => None,
+            });
+        }
+        let producer: Arc<dyn Producer> =
+            if self.sns { Arc::new(connection.sns_producer()) } else { Arc::new(connection.sqs_producer()) };
+        let queues =
+            [Some(queue.clone()), common.dead_letter_routing_key.clone(), common.invalid_message_routing_key.clone()];
+        CellParts {
+            publish_topic: subscription.topic.clone().unwrap_or(queue),
+            subscription: common,
+            channel: Arc::new(channel),
+            producer,
+            invalid: readers.pop().flatten(),
+            dead_letter: readers.pop().flatten(),
+            assertion: Arc::new(FullHeader),
+            teardown: Some(Box::new(DeleteAll {
+                queues: queues.into_iter().flatten().collect(),
+                topic: subscription.topic,
+            })),
+        }
+        .into()
+    }
+}
