@@ -179,6 +179,7 @@ pub fn run(args: &Args) -> Result<()> {
     // Build everything first, so the progress count covers the whole matrix.
     let mut binaries = Vec::new();
     for (transport, feature) in &transports {
+        crate::brokers::install(transport)?;
         eprintln!("building the {transport} conformance tests (feature {feature})");
         let executable = build_test_binary(transport, feature)?;
         let configurations: Vec<String> =
@@ -306,7 +307,9 @@ fn print_summary(
     }
     for run in runs {
         for (name, text) in &run.failures {
-            eprintln!("\n---- {name} ----\n{}", text.trim_end());
+            // The panic message is what a reader needs; a backtrace (RUST_BACKTRACE) buries it.
+            let message = text.split("stack backtrace:").next().unwrap_or_default();
+            eprintln!("\n---- {name} ----\n{}", message.trim_end());
         }
     }
 }

@@ -1,5 +1,6 @@
 //! The project's task runner (the cargo-xtask convention): `cargo xtask <task>`.
 
+mod brokers;
 mod conformance;
 mod ledger_tasks;
 mod libtest;
@@ -35,6 +36,11 @@ enum Task {
     /// Read, defer, render or audit ledger cells
     #[command(subcommand)]
     Ledger(ledger_tasks::LedgerTask),
+    /// Install local brokers
+    #[command(subcommand)]
+    Brokers(brokers::BrokersTask),
+    /// Run every test: install the local brokers, then `cargo test --workspace --all-features`
+    Test,
 }
 
 /// The workspace root: the xtask lives one folder below it.
@@ -57,12 +63,25 @@ fn generate(check: bool) -> Result<()> {
     Ok(())
 }
 
+/// Every test of the workspace, broker-backed ones included.
+fn test() -> Result<()> {
+    brokers::INSTALLABLE.iter().try_for_each(|transport| brokers::install(transport))?;
+    let status = std::process::Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
+        .current_dir(root())
+        .args(["test", "--workspace", "--all-features"])
+        .status()?;
+    anyhow::ensure!(status.success(), "cargo test --workspace --all-features failed ({status})");
+    Ok(())
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.task {
         Task::Generate { check } => generate(check),
         Task::Conformance(args) => conformance::run(&args),
         Task::Ledger(task) => ledger_tasks::run(task),
+        Task::Brokers(task) => brokers::run(task),
+        Task::Test => test(),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

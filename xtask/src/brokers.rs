@@ -1,0 +1,89 @@
+//! `cargo xtask brokers install <transport>`: puts what a transport's local broker needs under
+//! `.brokers/<transport>/`, from the registries this machine reaches. Idempotent and quick when
+//! already installed, so `conformance` and `test` call it every time.
+
+use std::path::Path;
+use std::process::Command;
+
+use anyhow::{bail, Context, Result};
+use clap::Subcommand;
+
+use crate::root;
+
+#[derive(Subcommand)]
+pub enum BrokersTask {
+    /// Install the local broker of each transport (memory needs nothing; sqs: moto in a venv)
+    Install {
+        /// Transports to install for
+        #[arg(required = true, value_name = "TRANSPORT")]
+        transports: Vec<String>,
+    },
+}
+
+/// The transports with a local broker, and the ones that need none.
+pub const INSTALLABLE: [&str; 2] = ["memory", "sqs"];
+
+pub fn run(task: BrokersTask) -> Result<()> {
+    let BrokersTask::Install { transports } = task;
+    transports.iter().try_for_each(|transport| install(transport))
+}
+
+pub fn install(transport: &str) -> Result<()> {
+    match transport {
+        "memory" => Ok(()),
+        "sqs" => install_moto(),
+        other => bail!("brokers install {other}: no such transport; valid choices: {}", INSTALLABLE.join(", ")),
+    }
+}
+
+fn run_quietly(command: &mut Command, what: &str) -> Result<()> {
+    let output = command.output().with_context(|| format!("cannot {what}"))?;
+    if !output.status.success() {
+        bail!(
+            "{what} failed ({}):\n{}{}",
+            output.status,
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    Ok(())
+}
+
+/// moto, pinned in providers/brokers/requirements-sqs.txt, in a project-owned virtualenv.
+fn install_moto() -> Result<()> {
+    let root = root();
+    let venv = root.join(".brokers/sqs/venv");
+    let python = venv.join("bin/python");
+    let requirements = root.join("providers/brokers/requirements-sqs.txt");
+    if !python.exists() {
+        eprintln!("brokers: creating {}", venv.display());
+        run_quietly(
+            Command::new("python3").args(["-m", "venv"]).arg(&venv),
+            "create the moto virtualenv with python3 -m venv",
+        )?;
+    }
+    if installed(&python, &requirements)? {
+        return Ok(());
+    }
+    eprintln!("brokers: installing moto into {}", venv.display());
+    run_quietly(
+        Command::new(&python)
+            .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "-r"])
+            .arg(&requirements),
+        "pip install moto[server]",
+    )?;
+    if !installed(&python, &requirements)? {
+        bail!("moto is still missing from {} after pip install", venv.display());
+    }
+    Ok(())
+}
+
+/// Whether the pinned moto version imports in the virtualenv.
+fn installed(python: &Path, requirements: &Path) -> Result<bool> {
+    let pinned = std::fs::read_to_string(requirements)?
+        .lines()
+        .find_map(|line| line.split_once("==").map(|(_, version)| version.trim().to_owned()))
+        .context("requirements-sqs.txt pins no moto version")?;
+    let check = format!("import moto, moto.server, sys; sys.exit(0 if moto.__version__ == {pinned:?} else 1)");
+    Ok(Command::new(python).args(["-c", &check]).output().is_ok_and(|output| output.status.success()))
+}
