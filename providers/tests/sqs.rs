@@ -1,0 +1,131 @@
+//! Bespoke SQS tests outside the templates (ADR 0077): a lapsed lease redelivers with a
+//! strictly greater count (AC-42), a header-carried count is ignored on first delivery (edge
+//! case 5), a dead-letter copy read back keeps its stamp however often the DLQ redelivers it
+//! an unreadable message is routed, never dropped, and R-10 warns when R >= M.
+
+use std::time::Duration;
+
+use aws_sdk_sqs::types::MessageAttributeValue;
+use gateway::budget::{self, BudgetWarning, DeliveryCounting};
+use gateway::rejection::keys;
+use gateway::transport::sqs::{SqsConnection, SqsSubscription};
+use gateway::{BagValue, Channel, Message, MessageType, Producer, Rejection, Subscription};
+
+fn connection() -> &'static SqsConnection {
+    providers::sqs::connection()
+}
+
+fn unique(name: &str) -> String {
+    format!("bespoke-{name}-{}", &uuid::Uuid::new_v4().simple().to_string()[..8])
+}
+
+async fn receive(channel: &impl Channel, id: &str, ceiling: Duration) -> Option<Message> {
+    let deadline = tokio::time::Instant::now() + ceiling;
+    while tokio::time::Instant::now() < deadline {
+        if let Some(message) = channel.receive(Duration::from_secs(1)).await.unwrap() {
+            if message.id() == id {
+                return Some(message);
+            }
+        }
+    }
+    None
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lapsed_visibility_timeout_redelivers_with_a_strictly_greater_count() {
+    let queue = unique("lease");
+    let mut subscription = SqsSubscription::new(Subscription::new(&queue, &queue));
+    subscription.visibility_timeout = Duration::from_secs(1);
+    let channel = connection().channel(&subscription).await.unwrap();
+    let sent = Message::new(&queue, MessageType::Command, "lease");
+    connection().sqs_producer().send(&sent).await.unwrap();
+
+    let first = receive(&channel, sent.id(), Duration::from_secs(10)).await.expect("first delivery");
+    assert_eq!(first.header.handled_count, 0);
+    // No requeue, no nack: the lease lapses and the broker redelivers on its own.
+    let again = receive(&channel, sent.id(), Duration::from_secs(10)).await.expect("redelivery after the lease");
+    assert!(again.header.handled_count > first.header.handled_count, "{} then {}", first.header.handled_count, again.header.handled_count);
+    channel.acknowledge(&again).await.unwrap();
+    connection().delete(&[queue], None).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_first_delivery_presents_zero_whatever_count_the_header_carries() {
+    let queue = unique("header-count");
+    let channel = connection().channel(&SqsSubscription::new(Subscription::new(&queue, &queue))).await.unwrap();
+    let mut sent = Message::new(&queue, MessageType::Event, "counted elsewhere");
+    sent.header.handled_count = 7;
+    connection().sqs_producer().send(&sent).await.unwrap();
+    let received = receive(&channel, sent.id(), Duration::from_secs(10)).await.unwrap();
+    assert_eq!(received.header.handled_count, 0, "the broker counter wins on a source channel");
+    channel.acknowledge(&received).await.unwrap();
+    connection().delete(&[queue], None).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_letter_copy_keeps_its_stamped_count_on_every_dead_letter_delivery() {
+    let queue = unique("r28");
+    let dead_letter = format!("{queue}-dlq");
+    let subscription = SqsSubscription::new(Subscription::new(&queue, &queue).with_dead_letter(&dead_letter));
+    let channel = connection().channel(&subscription).await.unwrap();
+    let sent = Message::new(&queue, MessageType::Command, "poison");
+    connection().sqs_producer().send(&sent).await.unwrap();
+    let mut received = receive(&channel, sent.id(), Duration::from_secs(10)).await.unwrap();
+    received.header.handled_count = 3;
+    assert!(channel.reject(&received, Some(&Rejection::delivery_error("spent"))).await.unwrap());
+
+    let reader = connection().reader(&dead_letter, false).await.unwrap();
+    for delivery in 1..=3 {
+        let copy = receive(&reader, sent.id(), Duration::from_secs(10)).await.expect("the dead-letter copy");
+        assert_eq!(copy.header.handled_count, 3, "dead-letter delivery {delivery} keeps the stamp, not the DLQ's own count");
+        reader.nack(&copy).await.unwrap();
+    }
+    connection().delete(&[queue, dead_letter], None).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreadable_message_is_routed_as_unacceptable_with_its_body() {
+    let queue = unique("unreadable");
+    let invalid = format!("{queue}-invalid");
+    let subscription = SqsSubscription::new(Subscription::new(&queue, &queue).with_invalid_message(&invalid));
+    let channel = connection().channel(&subscription).await.unwrap();
+    let url = connection().sqs_client().get_queue_url().queue_name(&queue).send().await.unwrap().queue_url.unwrap();
+    let odd = MessageAttributeValue::builder().data_type("String").string_value("Query").build().unwrap();
+    connection()
+        .sqs_client()
+        .send_message()
+        .queue_url(url)
+        .message_body("not one of ours")
+        .message_attributes("messageType", odd)
+        .send()
+        .await
+        .unwrap();
+
+    assert!(channel.receive(Duration::from_secs(2)).await.unwrap().is_none(), "an unreadable message is not handed to the pump");
+    let reader = connection().reader(&invalid, false).await.unwrap();
+    let copy = reader.receive(Duration::from_secs(5)).await.unwrap().expect("routed to the invalid-message queue");
+    assert_eq!(copy.body.bytes, b"not one of ours");
+    assert_eq!(copy.header.bag[keys::REJECTION_REASON], BagValue::from("Unacceptable"));
+    let why = copy.header.bag[keys::REJECTION_MESSAGE].to_string();
+    assert!(why.contains("attribute id is missing") || why.contains("messageType"), "{why}");
+    connection().delete(&[queue, invalid], None).await;
+}
+
+#[test]
+fn r10_warns_when_the_budget_reaches_a_native_limit_the_project_created() {
+    let common = Subscription::new("orders", "orders").with_dead_letter("orders-dlq").with_requeue_count(5);
+    let mut subscription = SqsSubscription::new(common);
+    subscription.redrive_limit = Some(5);
+    let warnings = budget::validate(&subscription.subscription, Some(&subscription));
+    assert_eq!(
+        warnings,
+        [BudgetWarning::NativeLimitFirst { subscription: "orders".into(), requeue_count: 5, native_limit: 5 }]
+    );
+    // R = 3 < M = 5 (the FR-23 cells): nothing to warn about; SQS always counts.
+    subscription.subscription.requeue_count = 3;
+    assert!(budget::validate(&subscription.subscription, Some(&subscription)).is_empty());
+    assert_eq!(subscription.unenforceable_reason(), None);
+    // A policy the project did not create is invisible to it.
+    subscription.subscription.make_channels = gateway::MakeChannels::Assume;
+    assert_eq!(subscription.native_redrive_limit(), None);
+}
