@@ -33,6 +33,20 @@ pub struct SqsChannel {
     pub(super) fifo: bool,
 }
 
+/// The reader: an SQS message (raw, or carrying an SNS envelope) as a `Message`.
+pub fn read_sqs_message(message: &SqsMessage, envelope: Envelope) -> Result<Message, MalformedMessage> {
+    let body = message.body().unwrap_or_default();
+    let receipt = message.receipt_handle().map(str::to_owned);
+    match envelope {
+        Envelope::Raw => {
+            let attributes = message.message_attributes();
+            let attribute = |name: &str| attributes?.get(name)?.string_value();
+            wire::read_message(attribute, body, broker_count(message), receipt)
+        }
+        Envelope::Sns => read_sns_envelope(body, broker_count(message), receipt),
+    }
+}
+
 fn broker_count(message: &SqsMessage) -> Option<i64> {
     message.attributes()?.get(&MessageSystemAttributeName::ApproximateReceiveCount)?.parse().ok()
 }
@@ -40,16 +54,7 @@ fn broker_count(message: &SqsMessage) -> Option<i64> {
 impl SqsChannel {
     /// The broker message as a `Message`; the handled count through the delivery-count rule.
     pub fn read(&self, message: &SqsMessage) -> Result<Message, MalformedMessage> {
-        let body = message.body().unwrap_or_default();
-        let receipt = message.receipt_handle().map(str::to_owned);
-        match self.envelope {
-            Envelope::Raw => {
-                let attributes = message.message_attributes();
-                let attribute = |name: &str| attributes?.get(name)?.string_value();
-                wire::read_message(attribute, body, broker_count(message), receipt)
-            }
-            Envelope::Sns => read_sns_envelope(body, broker_count(message), receipt),
-        }
+        read_sqs_message(message, self.envelope)
     }
 
     async fn receive_batch(&self, wait_seconds: i32) -> Result<Vec<SqsMessage>, ChannelError> {

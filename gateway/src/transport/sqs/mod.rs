@@ -15,7 +15,7 @@ use std::future::Future;
 
 use crate::channel::ChannelError;
 
-pub use channel::{Envelope, SqsChannel};
+pub use channel::{read_sqs_message, Envelope, SqsChannel};
 pub use envelope::read_sns_envelope;
 pub use factory::{SqsConnection, SqsSubscription};
 pub use producer::{SnsProducer, SqsProducer};
