@@ -7,7 +7,8 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use aws_sdk_sqs::types::{Message as SqsMessage, MessageAttributeValue, MessageSystemAttributeName};
-use gateway::transport::sqs::{read_sqs_message, wire, Envelope};
+use gateway::transport::attributes as wire;
+use gateway::transport::sqs::{read_sqs_message, Envelope};
 use gateway::{Message, MessageType};
 
 struct Counting;
@@ -47,7 +48,10 @@ fn raw_sqs(message: &Message) -> SqsMessage {
         .body(String::from_utf8(message.body.bytes.clone()).unwrap())
         .attributes(MessageSystemAttributeName::ApproximateReceiveCount, "1");
     for (name, value) in wire::header_attributes(message) {
-        builder = builder.message_attributes(name, MessageAttributeValue::builder().data_type("String").string_value(value).build().unwrap());
+        builder = builder.message_attributes(
+            name,
+            MessageAttributeValue::builder().data_type("String").string_value(value).build().unwrap(),
+        );
     }
     builder.build()
 }

@@ -1,6 +1,8 @@
 //! Transports: each turns broker messages into `Message`s through the delivery-count rule and
 //! settles them. The in-memory one is always compiled; broker ones sit behind cargo features.
 
+#[cfg(feature = "sqs")]
+pub mod attributes;
 pub mod memory;
 #[cfg(feature = "sqs")]
 pub mod sqs;

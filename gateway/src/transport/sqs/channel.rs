@@ -6,12 +6,12 @@ use async_trait::async_trait;
 use aws_sdk_sqs::types::{Message as SqsMessage, MessageSystemAttributeName};
 
 use super::producer::send_to_queue;
-use super::wire::{self, MalformedMessage};
 use super::{broker_error, on_gateway_runtime, read_sns_envelope, MAX_VISIBILITY_TIMEOUT_SECONDS, MAX_WAIT_SECONDS};
 use crate::channel::{Channel, ChannelError};
 use crate::message::Message;
 use crate::rejection::{self, Rejection, RejectionRoute};
 use crate::subscription::Subscription;
+use crate::transport::attributes::{self, MalformedMessage};
 
 /// How the queue's messages are laid out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,9 +39,9 @@ pub fn read_sqs_message(message: &SqsMessage, envelope: Envelope) -> Result<Mess
     let receipt = message.receipt_handle().map(str::to_owned);
     match envelope {
         Envelope::Raw => {
-            let attributes = message.message_attributes();
-            let attribute = |name: &str| attributes?.get(name)?.string_value();
-            wire::read_message(attribute, body, broker_count(message), receipt)
+            let received = message.message_attributes();
+            let attribute = |name: &str| received?.get(name)?.string_value();
+            attributes::read_message(attribute, body, broker_count(message), receipt)
         }
         Envelope::Sns => read_sns_envelope(body, broker_count(message), receipt),
     }
@@ -105,7 +105,7 @@ impl SqsChannel {
     /// A message that cannot be read is still routed as Unacceptable with its raw body, never dropped.
     async fn route_unreadable(&self, raw: &SqsMessage, problem: MalformedMessage) -> Result<(), ChannelError> {
         tracing::warn!(channel = self.name(), message_id = raw.message_id(), %problem, "routing an unreadable message as Unacceptable");
-        let message = wire::unreadable(
+        let message = attributes::unreadable(
             raw.message_id().unwrap_or_default(),
             &self.subscription.routing_key,
             raw.body().unwrap_or_default(),

@@ -6,8 +6,8 @@ use std::collections::HashMap;
 
 use serde::Deserialize;
 
-use super::wire::{read_message, MalformedMessage};
 use crate::message::Message;
+use crate::transport::attributes::{read_message, MalformedMessage};
 
 #[derive(Deserialize)]
 struct Notification<'a> {

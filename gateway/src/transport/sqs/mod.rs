@@ -9,7 +9,6 @@ mod channel;
 mod envelope;
 mod factory;
 mod producer;
-pub mod wire;
 
 use std::future::Future;
 

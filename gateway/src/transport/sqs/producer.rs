@@ -7,10 +7,10 @@ use std::time::Duration;
 use async_trait::async_trait;
 use aws_sdk_sqs::types::MessageAttributeValue;
 
-use super::wire::header_attributes;
 use super::{broker_error, on_gateway_runtime, DEDUPLICATION_ID_KEY, MAX_DELAY_SECONDS};
 use crate::channel::{ChannelError, Producer};
 use crate::message::Message;
+use crate::transport::attributes::header_attributes;
 
 type SendError = Box<dyn std::error::Error + Send + Sync>;
 

@@ -1,5 +1,6 @@
-//! The message on the wire: the header as string-valued message attributes (SQS and SNS share
-//! them), and the reader that turns received attributes back into a `Message`. The reader
+//! The message on the wire for brokers with string-valued message attributes (SQS, SNS and
+//! Pub/Sub share the layout), and the reader that turns received attributes back into a
+//! `Message`. Only these names are read, so a broker's own attributes never enter the bag. The reader
 //! resolves the handled count after the bag is read, so the delivery-count rule sees both.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
