@@ -100,7 +100,9 @@ fn with_deferred_configuration() -> tempfile::TempDir {
     // Its own configurations, so the snapshots do not move when the project adds one.
     let text = std::fs::read_to_string(&manifest).unwrap();
     let mut text = text[..text.find("configurations:").unwrap()].to_owned();
-    text.push_str("configurations:\n  - name: memory\n    transport: memory\n    feature: memory\n    provider: memory\n");
+    text.push_str(
+        "configurations:\n  - name: memory\n    transport: memory\n    feature: memory\n    provider: memory\n",
+    );
     text.push_str("  - name: slow-broker\n    transport: slow\n    feature: slow\n    provider: slow_broker\n");
     std::fs::write(&manifest, text).unwrap();
     let cells = scratch.path().join("ledger/cells.tsv");

@@ -44,7 +44,12 @@ async fn a_lapsed_visibility_timeout_redelivers_with_a_strictly_greater_count() 
     assert_eq!(first.header.handled_count, 0);
     // No requeue, no nack: the lease lapses and the broker redelivers on its own.
     let again = receive(&channel, sent.id(), Duration::from_secs(10)).await.expect("redelivery after the lease");
-    assert!(again.header.handled_count > first.header.handled_count, "{} then {}", first.header.handled_count, again.header.handled_count);
+    assert!(
+        again.header.handled_count > first.header.handled_count,
+        "{} then {}",
+        first.header.handled_count,
+        again.header.handled_count
+    );
     channel.acknowledge(&again).await.unwrap();
     connection().delete(&[queue], None).await;
 }
@@ -77,7 +82,10 @@ async fn a_dead_letter_copy_keeps_its_stamped_count_on_every_dead_letter_deliver
     let reader = connection().reader(&dead_letter, false).await.unwrap();
     for delivery in 1..=3 {
         let copy = receive(&reader, sent.id(), Duration::from_secs(10)).await.expect("the dead-letter copy");
-        assert_eq!(copy.header.handled_count, 3, "dead-letter delivery {delivery} keeps the stamp, not the DLQ's own count");
+        assert_eq!(
+            copy.header.handled_count, 3,
+            "dead-letter delivery {delivery} keeps the stamp, not the DLQ's own count"
+        );
         reader.nack(&copy).await.unwrap();
     }
     connection().delete(&[queue, dead_letter], None).await;
@@ -101,7 +109,10 @@ async fn an_unreadable_message_is_routed_as_unacceptable_with_its_body() {
         .await
         .unwrap();
 
-    assert!(channel.receive(Duration::from_secs(2)).await.unwrap().is_none(), "an unreadable message is not handed to the pump");
+    assert!(
+        channel.receive(Duration::from_secs(2)).await.unwrap().is_none(),
+        "an unreadable message is not handed to the pump"
+    );
     let reader = connection().reader(&invalid, false).await.unwrap();
     let copy = reader.receive(Duration::from_secs(5)).await.unwrap().expect("routed to the invalid-message queue");
     assert_eq!(copy.body.bytes, b"not one of ours");
