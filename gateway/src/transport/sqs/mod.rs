@@ -10,8 +10,7 @@ mod envelope;
 mod factory;
 mod producer;
 
-use std::future::Future;
-
+use crate::blocking::on_gateway_runtime;
 use crate::channel::ChannelError;
 
 pub use channel::{read_sqs_message, Envelope, SqsChannel};
@@ -26,13 +25,6 @@ pub const MAX_WAIT_SECONDS: u64 = 20;
 
 /// The bag key whose value, when present, becomes a FIFO message's deduplication id.
 pub const DEDUPLICATION_ID_KEY: &str = "messageDeduplicationId";
-
-/// Runs an SDK call on the gateway's own runtime. The SDK's pooled connections belong to the
-/// runtime that opened them; a caller's runtime that ends (every async test has its own) would
-/// strand them for the next caller.
-async fn on_gateway_runtime<T: Send + 'static>(future: impl Future<Output = T> + Send + 'static) -> T {
-    crate::blocking::runtime().spawn(future).await.expect("an AWS SDK call panicked")
-}
 
 fn broker_error(channel: &str, operation: &'static str, error: &(dyn std::error::Error + 'static)) -> ChannelError {
     let detail = aws_sdk_sqs::error::DisplayErrorContext(error).to_string();
