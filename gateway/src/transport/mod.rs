@@ -1,8 +1,10 @@
 //! Transports: each turns broker messages into `Message`s through the delivery-count rule and
 //! settles them. The in-memory one is always compiled; broker ones sit behind cargo features.
 
-#[cfg(feature = "sqs")]
+#[cfg(any(feature = "sqs", feature = "gcp"))]
 pub mod attributes;
+#[cfg(feature = "gcp")]
+pub mod gcp;
 pub mod memory;
 #[cfg(feature = "sqs")]
 pub mod sqs;

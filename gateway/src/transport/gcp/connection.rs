@@ -1,0 +1,205 @@
+//! The connection to a Pub/Sub endpoint, subscriptions, and channel creation per make-channels.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tonic::transport::{Channel as GrpcChannel, Endpoint};
+
+use super::broker_error;
+use super::pb::{self, publisher_client::PublisherClient, subscriber_client::SubscriberClient};
+use super::producer::GcpProducer;
+use super::pull::PullChannel;
+use super::stream::StreamChannel;
+use crate::blocking::on_gateway_runtime;
+use crate::budget::{self, DeliveryCounting};
+use crate::channel::{Channel, ChannelError};
+use crate::subscription::{MakeChannels, Subscription};
+
+/// How a subscription's messages are consumed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Consumption {
+    /// Unary Pull, ModifyAckDeadline and Acknowledge.
+    Pull,
+    /// StreamingPull through the official subscriber.
+    Stream,
+}
+
+/// A Pub/Sub subscription: `subscription.name` is the Pub/Sub subscription, `routing_key` its topic,
+/// the dead-letter and invalid-message routing keys are topics.
+#[derive(Debug, Clone)]
+pub struct GcpSubscription {
+    pub subscription: Subscription,
+    pub consumption: Consumption,
+    /// Message ordering on the subscription; the partition key is the ordering key.
+    pub ordering: bool,
+    /// The DeadLetterPolicy's max_delivery_attempts (M), set on the dead-letter topic. Without a
+    /// policy Pub/Sub reports no delivery attempt.
+    pub dead_letter_policy: Option<u32>,
+    pub ack_deadline: Duration,
+}
+
+impl GcpSubscription {
+    pub fn new(subscription: Subscription, consumption: Consumption) -> GcpSubscription {
+        GcpSubscription {
+            subscription,
+            consumption,
+            ordering: false,
+            dead_letter_policy: None,
+            ack_deadline: Duration::from_secs(10),
+        }
+    }
+
+    fn has_policy(&self) -> bool {
+        self.dead_letter_policy.is_some() && self.subscription.dead_letter_routing_key.is_some()
+    }
+}
+
+impl DeliveryCounting for GcpSubscription {
+    fn native_redrive_limit(&self) -> Option<u32> {
+        let created = self.subscription.make_channels == MakeChannels::Create;
+        self.dead_letter_policy.filter(|_| created && self.has_policy())
+    }
+
+    fn unenforceable_reason(&self) -> Option<String> {
+        (!self.has_policy()).then(|| {
+            "the subscription has no DeadLetterPolicy, so Pub/Sub reports delivery_attempt 0 and a redelivery \
+             presents the same handled count"
+                .to_owned()
+        })
+    }
+}
+
+/// A Pub/Sub endpoint (an emulator or fake: plaintext gRPC, anonymous credentials) and project.
+#[derive(Clone)]
+pub struct GcpConnection {
+    endpoint: String,
+    project: String,
+    grpc: GrpcChannel,
+}
+
+impl std::fmt::Debug for GcpConnection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GcpConnection").field("endpoint", &self.endpoint).field("project", &self.project).finish()
+    }
+}
+
+fn created_or_exists<T>(result: Result<T, tonic::Status>) -> Result<(), tonic::Status> {
+    match result {
+        Ok(_) => Ok(()),
+        Err(status) if status.code() == tonic::Code::AlreadyExists => Ok(()),
+        Err(status) => Err(status),
+    }
+}
+
+impl GcpConnection {
+    /// Connects lazily to `endpoint` (`http://host:port`) for `project`.
+    pub fn emulator(endpoint: &str, project: &str) -> Result<GcpConnection, ChannelError> {
+        // The channel's dispatch task runs on the runtime current at creation: make it the
+        // gateway's, not a caller's that may end first.
+        let _gateway_runtime = crate::blocking::runtime().enter();
+        let grpc = Endpoint::from_shared(endpoint.to_owned())
+            .map_err(|e| broker_error(endpoint, "connect", e))?
+            .connect_lazy();
+        Ok(GcpConnection { endpoint: endpoint.to_owned(), project: project.to_owned(), grpc })
+    }
+
+    pub fn topic_path(&self, topic: &str) -> String {
+        format!("projects/{}/topics/{topic}", self.project)
+    }
+
+    pub fn subscription_path(&self, subscription: &str) -> String {
+        format!("projects/{}/subscriptions/{subscription}", self.project)
+    }
+
+    pub fn producer(&self, ordering: bool) -> GcpProducer {
+        GcpProducer::new(&self.endpoint, &self.project, ordering)
+    }
+
+    pub(super) fn subscriber_client(&self) -> SubscriberClient<GrpcChannel> {
+        SubscriberClient::new(self.grpc.clone())
+    }
+
+    pub(super) fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
+    pub async fn create_topic(&self, topic: &str) -> Result<(), ChannelError> {
+        let mut client = PublisherClient::new(self.grpc.clone());
+        let request = pb::Topic { name: self.topic_path(topic), ..Default::default() };
+        let result = on_gateway_runtime(async move { client.create_topic(request).await }).await;
+        created_or_exists(result).map_err(|e| broker_error(topic, "create topic", e))
+    }
+
+    async fn create_subscription(&self, subscription: &GcpSubscription) -> Result<(), ChannelError> {
+        let common = &subscription.subscription;
+        let dead_letter_policy = match (&common.dead_letter_routing_key, subscription.dead_letter_policy) {
+            (Some(topic), Some(attempts)) => Some(pb::DeadLetterPolicy {
+                dead_letter_topic: self.topic_path(topic),
+                max_delivery_attempts: attempts as i32,
+            }),
+            _ => None,
+        };
+        let request = pb::Subscription {
+            name: self.subscription_path(&common.name),
+            topic: self.topic_path(&common.routing_key),
+            ack_deadline_seconds: subscription.ack_deadline.as_secs() as i32,
+            enable_message_ordering: subscription.ordering,
+            dead_letter_policy,
+            ..Default::default()
+        };
+        let mut client = self.subscriber_client();
+        let result = on_gateway_runtime(async move { client.create_subscription(request).await }).await;
+        created_or_exists(result).map_err(|e| broker_error(&common.name, "create subscription", e))
+    }
+
+    async fn subscription_exists(&self, name: &str) -> bool {
+        let mut client = self.subscriber_client();
+        let request = pb::GetSubscriptionRequest { subscription: self.subscription_path(name) };
+        on_gateway_runtime(async move { client.get_subscription(request).await }).await.is_ok()
+    }
+
+    /// The consumer channel of a subscription: creates or checks its topics and subscription per
+    /// the make-channels mode, then logs R-11 once if the budget cannot be enforced.
+    pub async fn channel(&self, subscription: &GcpSubscription) -> Result<Arc<dyn Channel>, ChannelError> {
+        let common = &subscription.subscription;
+        match common.make_channels {
+            MakeChannels::Create => {
+                let destinations = [&common.dead_letter_routing_key, &common.invalid_message_routing_key];
+                for topic in std::iter::once(&common.routing_key).chain(destinations.into_iter().flatten()) {
+                    self.create_topic(topic).await?;
+                }
+                self.create_subscription(subscription).await?;
+            }
+            MakeChannels::Validate if !self.subscription_exists(&common.name).await => {
+                return Err(ChannelError::Missing { channel: common.name.clone() });
+            }
+            MakeChannels::Validate | MakeChannels::Assume => {}
+        }
+        budget::warn_if_unenforceable(common, subscription);
+        let router = self.producer(false);
+        Ok(match subscription.consumption {
+            Consumption::Pull => Arc::new(PullChannel::new(self, common.clone(), router)),
+            Consumption::Stream => Arc::new(StreamChannel::start(self, common.clone(), router)),
+        })
+    }
+
+    /// A pull reader of `topic` through a new subscription named `name` (no dead-letter policy):
+    /// how a dead-letter or invalid-message topic is read.
+    pub async fn reader(&self, topic: &str, name: &str) -> Result<Arc<dyn Channel>, ChannelError> {
+        self.channel(&GcpSubscription::new(Subscription::new(name, topic), Consumption::Pull)).await
+    }
+
+    /// Deletes subscriptions and topics by name, ignoring ones already gone: test teardown.
+    pub async fn delete(&self, subscriptions: &[String], topics: &[String]) {
+        for name in subscriptions {
+            let mut client = self.subscriber_client();
+            let request = pb::DeleteSubscriptionRequest { subscription: self.subscription_path(name) };
+            let _ = on_gateway_runtime(async move { client.delete_subscription(request).await }).await;
+        }
+        for topic in topics {
+            let mut client = PublisherClient::new(self.grpc.clone());
+            let request = pb::DeleteTopicRequest { topic: self.topic_path(topic) };
+            let _ = on_gateway_runtime(async move { client.delete_topic(request).await }).await;
+        }
+    }
+}

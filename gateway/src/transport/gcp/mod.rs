@@ -1,0 +1,58 @@
+//! GCP Pub/Sub, pull and stream (cargo feature `gcp`).
+//!
+//! The broker counter is the received message's `delivery_attempt` (1 on a first delivery),
+//! which Pub/Sub reports only on a subscription with a DeadLetterPolicy; without one it is 0, the
+//! header count stands, and the subscription reports its budget unenforceable. Pull uses
+//! the generated tonic client (Pull, ModifyAckDeadline and Acknowledge are not public in the
+//! official crate); stream and publishing use the official `google-cloud-pubsub`. Topic and
+//! subscription admin goes through the tonic client too: the official admin clients speak
+//! REST/JSON only, and Google's Go fake (pstest) serves gRPC only. Reject publishes a stamped
+//! copy to the dead-letter or invalid-message topic, then acks; if that publish fails the
+//! original is released instead (ADR 0078's constraint).
+
+mod connection;
+mod producer;
+mod pull;
+mod stream;
+
+pub use connection::{Consumption, GcpConnection, GcpSubscription};
+pub use producer::GcpProducer;
+pub use pull::{read_received_message, PullChannel};
+pub use stream::StreamChannel;
+
+use googleapis_tonic_google_pubsub_v1::google::pubsub::v1 as pb;
+
+use crate::channel::ChannelError;
+
+/// Pub/Sub's longest ack deadline: the longest a requeue can hold a pulled message back.
+pub const MAX_ACK_DEADLINE_SECONDS: u64 = 600;
+
+fn broker_error(channel: &str, operation: &'static str, error: impl std::fmt::Display) -> ChannelError {
+    ChannelError::Broker { channel: channel.to_owned(), operation, detail: error.to_string() }
+}
+
+/// Whole seconds, rounded up, so a message is never visible again before the delay.
+fn whole_seconds(delay: std::time::Duration) -> u64 {
+    delay.as_secs() + u64::from(delay.subsec_nanos() > 0)
+}
+
+/// Publishes the stamped copy of a rejected message to its destination topic. `Ok(false)`: no
+/// destination (the caller acks and logs); `Err`: the publish failed (the caller releases).
+async fn publish_rejected_copy(
+    router: &GcpProducer,
+    subscription: &crate::subscription::Subscription,
+    message: &crate::message::Message,
+    rejection: Option<&crate::rejection::Rejection>,
+) -> Result<bool, ChannelError> {
+    use crate::rejection::{self, RejectionRoute};
+    match rejection::route(rejection, subscription) {
+        RejectionRoute::DeadLetter(topic) | RejectionRoute::Invalid(topic) => {
+            router.publish_to(topic, &rejection::stamp(message, rejection)).await?;
+            Ok(true)
+        }
+        RejectionRoute::Nowhere => {
+            tracing::warn!(subscription = %subscription.name, message_id = message.id(), "rejected with no dead-letter or invalid-message topic; acknowledged");
+            Ok(false)
+        }
+    }
+}

@@ -1,0 +1,175 @@
+//! The pull consumer: unary Pull, ModifyAckDeadline and Acknowledge through the tonic client.
+
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use tonic::transport::Channel as GrpcChannel;
+
+use super::connection::GcpConnection;
+use super::pb::{self, subscriber_client::SubscriberClient};
+use super::producer::GcpProducer;
+use super::{broker_error, publish_rejected_copy, whole_seconds, MAX_ACK_DEADLINE_SECONDS};
+use crate::blocking::on_gateway_runtime;
+use crate::channel::{Channel, ChannelError};
+use crate::message::Message;
+use crate::rejection::Rejection;
+use crate::subscription::Subscription;
+use crate::transport::attributes::{self, MalformedMessage};
+
+/// How long an empty pull waits before looking again.
+const EMPTY_PULL_PAUSE: Duration = Duration::from_millis(100);
+/// The shortest deadline given to a Pull call.
+const MIN_PULL_DEADLINE: Duration = Duration::from_secs(2);
+
+/// The reader: a received Pub/Sub message as a `Message`, its handled count resolved with the
+/// delivery attempt (0 without a DeadLetterPolicy: the header count stands).
+pub fn read_received_message(received: &pb::ReceivedMessage) -> Result<Message, MalformedMessage> {
+    let message = received.message.as_ref().ok_or_else(|| MalformedMessage { detail: "no message".into() })?;
+    let body = std::str::from_utf8(&message.data)
+        .map_err(|e| MalformedMessage { detail: format!("the data is not UTF-8: {e}") })?;
+    let attribute = |name: &str| message.attributes.get(name).map(String::as_str);
+    let attempt = Some(i64::from(received.delivery_attempt));
+    attributes::read_message(attribute, body, attempt, Some(received.ack_id.clone()))
+}
+
+pub struct PullChannel {
+    client: SubscriberClient<GrpcChannel>,
+    path: String,
+    subscription: Subscription,
+    router: GcpProducer,
+}
+
+impl PullChannel {
+    pub(super) fn new(connection: &GcpConnection, subscription: Subscription, router: GcpProducer) -> PullChannel {
+        PullChannel {
+            client: connection.subscriber_client(),
+            path: connection.subscription_path(&subscription.name),
+            subscription,
+            router,
+        }
+    }
+
+    async fn pull_one(&self, wait: Duration) -> Result<Option<pb::ReceivedMessage>, ChannelError> {
+        let mut client = self.client.clone();
+        let mut request = tonic::Request::new(pb::PullRequest {
+            subscription: self.path.clone(),
+            max_messages: 1,
+            ..Default::default()
+        });
+        // A server may hold an empty pull open for a while (pstest: 500 ms); bound it, but not
+        // so tightly that every empty pull ends as a cancelled call.
+        request.set_timeout(wait.max(MIN_PULL_DEADLINE));
+        match on_gateway_runtime(async move { client.pull(request).await }).await {
+            Ok(response) => Ok(response.into_inner().received_messages.into_iter().next()),
+            Err(status) if matches!(status.code(), tonic::Code::DeadlineExceeded | tonic::Code::Cancelled) => Ok(None),
+            Err(status) => Err(broker_error(self.name(), "pull", status)),
+        }
+    }
+
+    async fn modify_ack_deadline(
+        &self,
+        message: &Message,
+        seconds: u64,
+        operation: &'static str,
+    ) -> Result<(), ChannelError> {
+        let ack_id = self.ack_id(message, operation)?;
+        let mut client = self.client.clone();
+        let request = pb::ModifyAckDeadlineRequest {
+            subscription: self.path.clone(),
+            ack_ids: vec![ack_id],
+            ack_deadline_seconds: seconds.min(MAX_ACK_DEADLINE_SECONDS) as i32,
+        };
+        on_gateway_runtime(async move { client.modify_ack_deadline(request).await })
+            .await
+            .map_err(|e| broker_error(self.name(), operation, e))?;
+        Ok(())
+    }
+
+    async fn ack(&self, message: &Message, operation: &'static str) -> Result<(), ChannelError> {
+        let ack_id = self.ack_id(message, operation)?;
+        let mut client = self.client.clone();
+        let request = pb::AcknowledgeRequest { subscription: self.path.clone(), ack_ids: vec![ack_id] };
+        on_gateway_runtime(async move { client.acknowledge(request).await })
+            .await
+            .map_err(|e| broker_error(self.name(), operation, e))?;
+        Ok(())
+    }
+
+    fn ack_id(&self, message: &Message, operation: &'static str) -> Result<String, ChannelError> {
+        message.receipt.clone().ok_or_else(|| ChannelError::NotInFlight {
+            channel: self.name().to_owned(),
+            operation,
+            message_id: message.header.id.clone(),
+        })
+    }
+
+    /// An unreadable message is routed as Unacceptable with its raw data, never dropped.
+    async fn route_unreadable(
+        &self,
+        received: pb::ReceivedMessage,
+        problem: MalformedMessage,
+    ) -> Result<(), ChannelError> {
+        tracing::warn!(channel = self.name(), %problem, "routing an unreadable message as Unacceptable");
+        let (id, data) = received.message.map(|m| (m.message_id, m.data)).unwrap_or_default();
+        let message = attributes::unreadable(
+            &id,
+            &self.subscription.routing_key,
+            &String::from_utf8_lossy(&data),
+            Some(received.ack_id),
+        );
+        self.reject(&message, Some(&Rejection::unacceptable(problem.to_string()))).await.map(drop)
+    }
+}
+
+#[async_trait]
+impl Channel for PullChannel {
+    // A channel is named after the Pub/Sub subscription it reads.
+    fn name(&self) -> &str {
+        &self.subscription.name
+    }
+
+    async fn receive(&self, timeout: Duration) -> Result<Option<Message>, ChannelError> {
+        let started = Instant::now();
+        loop {
+            let remaining = timeout.saturating_sub(started.elapsed());
+            if let Some(received) = self.pull_one(remaining).await? {
+                match read_received_message(&received) {
+                    Ok(message) => return Ok(Some(message)),
+                    Err(problem) => self.route_unreadable(received, problem).await?,
+                }
+                continue;
+            }
+            if started.elapsed() >= timeout {
+                return Ok(None);
+            }
+            tokio::time::sleep(EMPTY_PULL_PAUSE.min(timeout.saturating_sub(started.elapsed()))).await;
+        }
+    }
+
+    async fn acknowledge(&self, message: &Message) -> Result<(), ChannelError> {
+        self.ack(message, "acknowledge").await
+    }
+
+    async fn reject(&self, message: &Message, rejection: Option<&Rejection>) -> Result<bool, ChannelError> {
+        match publish_rejected_copy(&self.router, &self.subscription, message, rejection).await {
+            Ok(routed) => {
+                self.ack(message, "reject").await?;
+                Ok(routed)
+            }
+            Err(error) => {
+                // Never acknowledge what was not routed: release it for another attempt.
+                self.modify_ack_deadline(message, 0, "release after a failed reject").await?;
+                Err(error)
+            }
+        }
+    }
+
+    /// The ack deadline becomes the delay: the broker redelivers it no sooner (at most 600 s).
+    async fn requeue(&self, message: &Message, delay: Duration) -> Result<(), ChannelError> {
+        self.modify_ack_deadline(message, whole_seconds(delay), "requeue").await
+    }
+
+    async fn nack(&self, message: &Message) -> Result<(), ChannelError> {
+        self.modify_ack_deadline(message, 0, "nack").await
+    }
+}

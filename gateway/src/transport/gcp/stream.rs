@@ -1,0 +1,198 @@
+//! The stream consumer: StreamingPull through the official subscriber, which keeps leases of
+//! the messages it holds. Received messages wait in a small inbox until the pump asks.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use google_cloud_auth::credentials::anonymous::Builder as Anonymous;
+use google_cloud_pubsub::client::Subscriber;
+use google_cloud_pubsub::subscriber::handler::Handler;
+use tokio::sync::mpsc;
+
+use super::connection::GcpConnection;
+use super::producer::GcpProducer;
+use super::publish_rejected_copy;
+use crate::channel::{Channel, ChannelError};
+use crate::message::Message;
+use crate::rejection::Rejection;
+use crate::subscription::Subscription;
+use crate::transport::attributes::{self, MalformedMessage};
+
+/// Messages read ahead of the pump; the subscriber keeps their leases.
+const INBOX: usize = 16;
+
+/// A streamed message as the reader left it: readable, or raw with the reason it is not.
+enum Inbound {
+    Readable(Message),
+    Unreadable(Message, MalformedMessage),
+}
+
+type Delivery = (Inbound, Handler);
+
+pub struct StreamChannel {
+    subscription: Subscription,
+    router: GcpProducer,
+    inbox: tokio::sync::Mutex<mpsc::Receiver<Delivery>>,
+    /// Handlers of messages handed to the pump, by receipt.
+    in_flight: Mutex<HashMap<String, Handler>>,
+    reader: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for StreamChannel {
+    fn drop(&mut self) {
+        // Ends the stream; unsettled messages go back to the broker when their leases lapse.
+        self.reader.abort();
+    }
+}
+
+fn read(message: &google_cloud_pubsub::model::Message, attempt: Option<i32>, receipt: String, source: &str) -> Inbound {
+    let readable = std::str::from_utf8(&message.data)
+        .map_err(|e| MalformedMessage { detail: format!("the data is not UTF-8: {e}") })
+        .and_then(|body| {
+            let attribute = |name: &str| message.attributes.get(name).map(String::as_str);
+            attributes::read_message(attribute, body, attempt.map(i64::from), Some(receipt.clone()))
+        });
+    match readable {
+        Ok(read) => Inbound::Readable(read),
+        Err(problem) => {
+            let data = String::from_utf8_lossy(&message.data);
+            Inbound::Unreadable(attributes::unreadable(&message.message_id, source, &data, Some(receipt)), problem)
+        }
+    }
+}
+
+impl StreamChannel {
+    pub(super) fn start(connection: &GcpConnection, subscription: Subscription, router: GcpProducer) -> StreamChannel {
+        let (sender, inbox) = mpsc::channel(INBOX);
+        let endpoint = connection.endpoint().to_owned();
+        let path = connection.subscription_path(&subscription.name);
+        let source = subscription.routing_key.clone();
+        let reader = crate::blocking::runtime().spawn(async move {
+            let subscriber = match Subscriber::builder()
+                .with_endpoint(endpoint)
+                .with_credentials(Anonymous::new().build())
+                .build()
+                .await
+            {
+                Ok(subscriber) => subscriber,
+                Err(error) => {
+                    return tracing::error!(subscription = %path, %error, "cannot start the streaming subscriber")
+                }
+            };
+            let mut stream = subscriber.subscribe(path.clone()).build();
+            while let Some(item) = stream.next().await {
+                match item {
+                    Ok((message, handler)) => {
+                        let receipt = uuid::Uuid::new_v4().to_string();
+                        let delivery = read(&message, handler.delivery_attempt(), receipt, &source);
+                        if sender.send((delivery, handler)).await.is_err() {
+                            return;
+                        }
+                    }
+                    Err(error) => {
+                        tracing::warn!(subscription = %path, %error, "streaming pull failed; the subscriber retries")
+                    }
+                }
+            }
+        });
+        StreamChannel {
+            subscription,
+            router,
+            inbox: tokio::sync::Mutex::new(inbox),
+            in_flight: Mutex::default(),
+            reader,
+        }
+    }
+
+    fn take(&self, message: &Message, operation: &'static str) -> Result<Handler, ChannelError> {
+        let handler = message
+            .receipt
+            .as_ref()
+            .and_then(|receipt| self.in_flight.lock().unwrap_or_else(|p| p.into_inner()).remove(receipt));
+        handler.ok_or_else(|| ChannelError::NotInFlight {
+            channel: self.name().to_owned(),
+            operation,
+            message_id: message.header.id.clone(),
+        })
+    }
+
+    fn hold(&self, message: &Message, handler: Handler) {
+        let receipt = message.receipt.clone().expect("the reader sets a receipt");
+        self.in_flight.lock().unwrap_or_else(|p| p.into_inner()).insert(receipt, handler);
+    }
+}
+
+#[async_trait]
+impl Channel for StreamChannel {
+    // A channel is named after the Pub/Sub subscription it reads.
+    fn name(&self) -> &str {
+        &self.subscription.name
+    }
+
+    async fn receive(&self, timeout: Duration) -> Result<Option<Message>, ChannelError> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut inbox = self.inbox.lock().await;
+        loop {
+            let Ok(next) = tokio::time::timeout_at(deadline, inbox.recv()).await else { return Ok(None) };
+            let Some((delivery, handler)) = next else {
+                return Err(ChannelError::Broker {
+                    channel: self.name().to_owned(),
+                    operation: "receive",
+                    detail: "the stream ended".into(),
+                });
+            };
+            match delivery {
+                Inbound::Readable(message) => {
+                    self.hold(&message, handler);
+                    return Ok(Some(message));
+                }
+                Inbound::Unreadable(raw, problem) => {
+                    tracing::warn!(channel = self.name(), %problem, "routing an unreadable message as Unacceptable");
+                    self.hold(&raw, handler);
+                    self.reject(&raw, Some(&Rejection::unacceptable(problem.to_string()))).await?;
+                }
+            }
+        }
+    }
+
+    async fn acknowledge(&self, message: &Message) -> Result<(), ChannelError> {
+        self.take(message, "acknowledge")?.ack();
+        Ok(())
+    }
+
+    async fn reject(&self, message: &Message, rejection: Option<&Rejection>) -> Result<bool, ChannelError> {
+        let handler = self.take(message, "reject")?;
+        match publish_rejected_copy(&self.router, &self.subscription, message, rejection).await {
+            Ok(routed) => {
+                handler.ack();
+                Ok(routed)
+            }
+            Err(error) => {
+                handler.nack();
+                Err(error)
+            }
+        }
+    }
+
+    /// The stream has no per-message deadline: the handler (and so the lease, which the
+    /// subscriber keeps extending) is held for the delay, then the message is nacked.
+    async fn requeue(&self, message: &Message, delay: Duration) -> Result<(), ChannelError> {
+        let handler = self.take(message, "requeue")?;
+        if delay.is_zero() {
+            handler.nack();
+        } else {
+            crate::blocking::runtime().spawn(async move {
+                tokio::time::sleep(delay).await;
+                handler.nack();
+            });
+        }
+        Ok(())
+    }
+
+    async fn nack(&self, message: &Message) -> Result<(), ChannelError> {
+        self.take(message, "nack")?.nack();
+        Ok(())
+    }
+}
