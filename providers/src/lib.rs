@@ -6,6 +6,8 @@
 pub mod assertion;
 pub mod cell;
 pub mod fault;
+#[cfg(feature = "gcp")]
+pub mod gcp;
 pub mod local;
 #[cfg(feature = "memory")]
 pub mod memory;
@@ -19,6 +21,8 @@ pub use assertion::MessageAssertion;
 pub use cell::{
     BlockingCell, Cell, CellParts, CellSpec, Teardown, Variant, ARRIVAL_CEILING, POLL_INTERVAL, REJECTION_CEILING,
 };
+#[cfg(feature = "gcp")]
+pub use gcp::{gcp_pull, gcp_pull_ordering, gcp_stream, gcp_stream_ordering};
 #[cfg(feature = "memory")]
 pub use memory::memory;
 pub use recording::AlwaysDefers;

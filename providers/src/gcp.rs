@@ -1,0 +1,144 @@
+//! The GCP configurations: `gcp-pull`, `gcp-pull-ordering`, `gcp-stream`, `gcp-stream-ordering`.
+//!
+//! The broker, once per test binary: the emulator in `PUBSUB_EMULATOR_HOST`, else Google's Go
+//! fake (pstest) behind the launcher `cargo xtask brokers install gcp` builds.
+
+use std::process::Command;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use gateway::transport::gcp::{Consumption, GcpConnection, GcpSubscription};
+use gateway::{Channel, Subscription};
+
+use crate::assertion::FullHeader;
+use crate::cell::{Cell, CellParts, CellSpec, Teardown};
+use crate::local::{self, LocalProcess};
+use crate::Provider;
+
+/// The DeadLetterPolicy's max_delivery_attempts (M) where a cell has a dead-letter topic.
+pub const NATIVE_REDRIVE_LIMIT: u32 = 5;
+pub const PROJECT: &str = "conformance";
+
+struct Broker {
+    connection: GcpConnection,
+    _process: Option<LocalProcess>,
+}
+
+fn start_pstest() -> LocalProcess {
+    let port = local::free_loopback_port();
+    let mut command = Command::new(local::install_dir("gcp").join("pstest-launcher"));
+    command.arg(port.to_string());
+    local::start("pstest", "gcp", command, port, "pstest listening", Duration::from_secs(30))
+}
+
+fn broker() -> &'static Broker {
+    static BROKER: OnceLock<Broker> = OnceLock::new();
+    BROKER.get_or_init(|| {
+        let (endpoint, process) = match std::env::var("PUBSUB_EMULATOR_HOST") {
+            Ok(host) => (format!("http://{host}"), None),
+            Err(_) => {
+                let process = start_pstest();
+                (format!("http://127.0.0.1:{}", process.port), Some(process))
+            }
+        };
+        let connection = GcpConnection::emulator(&endpoint, PROJECT).unwrap_or_else(|e| panic!("{e}"));
+        Broker { connection, _process: process }
+    })
+}
+
+/// The connection to this binary's Pub/Sub broker, for bespoke tests.
+pub fn connection() -> &'static GcpConnection {
+    &broker().connection
+}
+
+pub struct GcpConfiguration {
+    name: &'static str,
+    consumption: Consumption,
+    ordering: bool,
+}
+
+pub fn gcp_pull() -> &'static GcpConfiguration {
+    static CONFIGURATION: GcpConfiguration =
+        GcpConfiguration { name: "gcp-pull", consumption: Consumption::Pull, ordering: false };
+    &CONFIGURATION
+}
+
+pub fn gcp_pull_ordering() -> &'static GcpConfiguration {
+    static CONFIGURATION: GcpConfiguration =
+        GcpConfiguration { name: "gcp-pull-ordering", consumption: Consumption::Pull, ordering: true };
+    &CONFIGURATION
+}
+
+pub fn gcp_stream() -> &'static GcpConfiguration {
+    static CONFIGURATION: GcpConfiguration =
+        GcpConfiguration { name: "gcp-stream", consumption: Consumption::Stream, ordering: false };
+    &CONFIGURATION
+}
+
+pub fn gcp_stream_ordering() -> &'static GcpConfiguration {
+    static CONFIGURATION: GcpConfiguration =
+        GcpConfiguration { name: "gcp-stream-ordering", consumption: Consumption::Stream, ordering: true };
+    &CONFIGURATION
+}
+
+struct DeleteAll {
+    subscriptions: Vec<String>,
+    topics: Vec<String>,
+}
+
+#[async_trait]
+impl Teardown for DeleteAll {
+    async fn teardown(&self) {
+        connection().delete(&self.subscriptions, &self.topics).await;
+    }
+}
+
+#[async_trait]
+impl Provider for GcpConfiguration {
+    fn configuration(&self) -> &'static str {
+        self.name
+    }
+
+    async fn cell(&self, spec: CellSpec) -> Cell {
+        let connection = connection();
+        let topic = spec.unique_name(self.name);
+        let mut common = Subscription::new(format!("{topic}-sub"), &topic).with_requeue_count(spec.requeue_count);
+        if spec.dead_letter {
+            common = common.with_dead_letter(format!("{topic}-dlq"));
+        }
+        if spec.invalid_channel {
+            common = common.with_invalid_message(format!("{topic}-invalid"));
+        }
+        let mut subscription = GcpSubscription::new(common.clone(), self.consumption);
+        subscription.ordering = self.ordering;
+        // As ADR 0077's providers: a native policy exactly where a dead-letter topic is given.
+        subscription.dead_letter_policy = spec.dead_letter.then_some(NATIVE_REDRIVE_LIMIT);
+        let channel = connection.channel(&subscription).await.unwrap_or_else(|e| panic!("creating {topic}: {e}"));
+        let mut readers: Vec<Option<Arc<dyn Channel>>> = Vec::new();
+        let mut subscriptions = vec![common.name.clone()];
+        let mut topics = vec![topic.clone()];
+        for destination in [&common.dead_letter_routing_key, &common.invalid_message_routing_key] {
+            readers.push(match destination {
+                Some(destination) => {
+                    let reader = format!("{destination}-reader");
+                    subscriptions.push(reader.clone());
+                    topics.push(destination.clone());
+                    Some(connection.reader(destination, &reader).await.expect("reader"))
+                }
+                None => None,
+            });
+        }
+        CellParts {
+            publish_topic: topic,
+            subscription: common,
+            channel,
+            producer: Arc::new(connection.producer(self.ordering)),
+            invalid: readers.pop().flatten(),
+            dead_letter: readers.pop().flatten(),
+            assertion: Arc::new(FullHeader),
+            teardown: Some(Box::new(DeleteAll { subscriptions, topics })),
+        }
+        .into()
+    }
+}
