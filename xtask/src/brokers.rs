@@ -12,7 +12,7 @@ use crate::root;
 
 #[derive(Subcommand)]
 pub enum BrokersTask {
-    /// Install the local broker of each transport (memory needs nothing; sqs: moto in a venv)
+    /// Install the local broker of each transport (memory: nothing; sqs: moto in a venv; gcp: the pstest launcher)
     Install {
         /// Transports to install for
         #[arg(required = true, value_name = "TRANSPORT")]
@@ -21,7 +21,7 @@ pub enum BrokersTask {
 }
 
 /// The transports with a local broker, and the ones that need none.
-pub const INSTALLABLE: [&str; 2] = ["memory", "sqs"];
+pub const INSTALLABLE: [&str; 3] = ["memory", "sqs", "gcp"];
 
 pub fn run(task: BrokersTask) -> Result<()> {
     let BrokersTask::Install { transports } = task;
@@ -32,6 +32,7 @@ pub fn install(transport: &str) -> Result<()> {
     match transport {
         "memory" => Ok(()),
         "sqs" => install_moto(),
+        "gcp" => install_pstest(),
         other => bail!("brokers install {other}: no such transport; valid choices: {}", INSTALLABLE.join(", ")),
     }
 }
@@ -86,4 +87,27 @@ fn installed(python: &Path, requirements: &Path) -> Result<bool> {
         .context("requirements-sqs.txt pins no moto version")?;
     let check = format!("import moto, moto.server, sys; sys.exit(0 if moto.__version__ == {pinned:?} else 1)");
     Ok(Command::new(python).args(["-c", &check]).output().is_ok_and(|output| output.status.success()))
+}
+
+/// Google's Pub/Sub fake behind the project's launcher (providers/brokers/pstest), built with the
+/// machine's Go from the Go module proxy; rebuilt when its sources are newer than the binary.
+fn install_pstest() -> Result<()> {
+    let root = root();
+    let source = root.join("providers/brokers/pstest");
+    let binary = root.join(".brokers/gcp/pstest-launcher");
+    let modified = |path: &Path| std::fs::metadata(path).and_then(|m| m.modified()).ok();
+    let newest_source = ["main.go", "go.mod", "go.sum"].iter().filter_map(|file| modified(&source.join(file))).max();
+    if let (Some(built), Some(source)) = (modified(&binary), newest_source) {
+        if built >= source {
+            return Ok(());
+        }
+    }
+    eprintln!(
+        "brokers: building the Pub/Sub fake launcher into {} (first build downloads modules, about 2 minutes)",
+        binary.display()
+    );
+    run_quietly(
+        Command::new("go").current_dir(&source).args(["build", "-o"]).arg(&binary).arg("."),
+        "go build the pstest launcher",
+    )
 }
