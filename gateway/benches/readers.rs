@@ -1,13 +1,15 @@
 //! Bytes allocated per message by each transport's reader (broker message → `Message`), on
 //! ADR 0077's shape: a 256-byte body and one bag entry; the median of 5 rounds of 1,000 reads.
 //! A counting global allocator sums requested bytes; the figure goes to BENCHMARKS.md.
-//! Run: `cargo bench -p gateway --features sqs --bench readers`.
+//! Run: `cargo bench -p gateway --features sqs,gcp --bench readers`.
 
 use std::alloc::{GlobalAlloc, Layout, System};
+use std::hint::black_box;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use aws_sdk_sqs::types::{Message as SqsMessage, MessageAttributeValue, MessageSystemAttributeName};
 use gateway::transport::attributes as wire;
+use gateway::transport::gcp::{proto, read_received_message, read_streamed_message, StreamedMessage};
 use gateway::transport::sqs::{read_sqs_message, Envelope};
 use gateway::{Message, MessageType};
 
@@ -78,12 +80,34 @@ fn sns_enveloped(message: &Message) -> SqsMessage {
         .build()
 }
 
-fn bytes_per_message(raw: &SqsMessage, envelope: Envelope) -> usize {
+fn pubsub_attributes(message: &Message) -> std::collections::HashMap<String, String> {
+    wire::header_attributes(message).into_iter().map(|(name, value)| (name.to_owned(), value)).collect()
+}
+
+fn pulled(message: &Message) -> proto::ReceivedMessage {
+    proto::ReceivedMessage {
+        ack_id: "projects/conformance/subscriptions/orders:1".into(),
+        delivery_attempt: 1,
+        message: Some(proto::PubsubMessage {
+            data: message.body.bytes.clone(),
+            attributes: pubsub_attributes(message),
+            message_id: "1".into(),
+            ..Default::default()
+        }),
+    }
+}
+
+fn streamed(message: &Message) -> StreamedMessage {
+    StreamedMessage::new().set_data(message.body.bytes.clone()).set_attributes(pubsub_attributes(message))
+}
+
+/// The median over rounds of the bytes one read allocates.
+fn bytes_per_message(mut read: impl FnMut()) -> usize {
     let mut rounds: Vec<usize> = (0..ROUNDS)
         .map(|_| {
             let before = BYTES.load(Ordering::Relaxed);
             for _ in 0..READS {
-                std::hint::black_box(read_sqs_message(std::hint::black_box(raw), envelope).unwrap());
+                read();
             }
             (BYTES.load(Ordering::Relaxed) - before) / READS
         })
@@ -96,6 +120,18 @@ fn main() {
     // `cargo bench` passes harness flags such as --bench; there is nothing to choose here.
     let message = adr_shaped_message();
     println!("reader bytes allocated per message (median of {ROUNDS} rounds of {READS}; 256-byte body, one bag entry)");
-    println!("sqs (raw attributes): {} B", bytes_per_message(&raw_sqs(&message), Envelope::Raw));
-    println!("sns (SNS envelope in SQS): {} B", bytes_per_message(&sns_enveloped(&message), Envelope::Sns));
+    let (raw, enveloped) = (raw_sqs(&message), sns_enveloped(&message));
+    let sqs = bytes_per_message(|| drop(black_box(read_sqs_message(black_box(&raw), Envelope::Raw).unwrap())));
+    let sns = bytes_per_message(|| drop(black_box(read_sqs_message(black_box(&enveloped), Envelope::Sns).unwrap())));
+    let (pull, stream) = (pulled(&message), streamed(&message));
+    let pulled = bytes_per_message(|| drop(black_box(read_received_message(black_box(&pull)).unwrap())));
+    // The stream reader is handed the receipt the channel makes; its allocation counts too.
+    let streamed = bytes_per_message(|| {
+        let receipt = "00000000-0000-0000-0000-000000000000".to_owned();
+        drop(black_box(read_streamed_message(black_box(&stream), Some(1), receipt).unwrap()))
+    });
+    println!("sqs (raw attributes): {sqs} B");
+    println!("sns (SNS envelope in SQS): {sns} B");
+    println!("gcp pull (ReceivedMessage): {pulled} B");
+    println!("gcp stream (PubsubMessage): {streamed} B");
 }

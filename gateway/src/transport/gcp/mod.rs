@@ -18,7 +18,12 @@ mod stream;
 pub use connection::{Consumption, GcpConnection, GcpSubscription};
 pub use producer::GcpProducer;
 pub use pull::{read_received_message, PullChannel};
-pub use stream::StreamChannel;
+pub use stream::{read_streamed_message, StreamChannel};
+
+/// The official crate's streamed message (the stream reader takes it).
+pub use google_cloud_pubsub::model::Message as StreamedMessage;
+/// The generated protobuf types of `google.pubsub.v1` (the pull reader takes them).
+pub use googleapis_tonic_google_pubsub_v1::google::pubsub::v1 as proto;
 
 use googleapis_tonic_google_pubsub_v1::google::pubsub::v1 as pb;
 

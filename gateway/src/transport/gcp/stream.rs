@@ -47,14 +47,21 @@ impl Drop for StreamChannel {
     }
 }
 
+/// The reader: a streamed Pub/Sub message as a `Message`, its handled count resolved with the
+/// handler's delivery attempt (`None` without a DeadLetterPolicy: the header count stands).
+pub fn read_streamed_message(
+    message: &google_cloud_pubsub::model::Message,
+    attempt: Option<i32>,
+    receipt: String,
+) -> Result<Message, MalformedMessage> {
+    let body = std::str::from_utf8(&message.data)
+        .map_err(|e| MalformedMessage { detail: format!("the data is not UTF-8: {e}") })?;
+    let attribute = |name: &str| message.attributes.get(name).map(String::as_str);
+    attributes::read_message(attribute, body, attempt.map(i64::from), Some(receipt))
+}
+
 fn read(message: &google_cloud_pubsub::model::Message, attempt: Option<i32>, receipt: String, source: &str) -> Inbound {
-    let readable = std::str::from_utf8(&message.data)
-        .map_err(|e| MalformedMessage { detail: format!("the data is not UTF-8: {e}") })
-        .and_then(|body| {
-            let attribute = |name: &str| message.attributes.get(name).map(String::as_str);
-            attributes::read_message(attribute, body, attempt.map(i64::from), Some(receipt.clone()))
-        });
-    match readable {
+    match read_streamed_message(message, attempt, receipt.clone()) {
         Ok(read) => Inbound::Readable(read),
         Err(problem) => {
             let data = String::from_utf8_lossy(&message.data);
