@@ -36,6 +36,9 @@ pub struct GcpSubscription {
     /// policy Pub/Sub reports no delivery attempt.
     pub dead_letter_policy: Option<u32>,
     pub ack_deadline: Duration,
+    /// Stream only: how long the subscriber keeps extending a held message's lease (the
+    /// official client's default, 60 minutes, when `None`).
+    pub max_lease: Option<Duration>,
 }
 
 impl GcpSubscription {
@@ -46,6 +49,7 @@ impl GcpSubscription {
             ordering: false,
             dead_letter_policy: None,
             ack_deadline: Duration::from_secs(10),
+            max_lease: None,
         }
     }
 
@@ -179,7 +183,13 @@ impl GcpConnection {
         let router = self.producer(false);
         Ok(match subscription.consumption {
             Consumption::Pull => Arc::new(PullChannel::new(self, common.clone(), router)),
-            Consumption::Stream => Arc::new(StreamChannel::start(self, common.clone(), router)),
+            Consumption::Stream => Arc::new(StreamChannel::start(
+                self,
+                common.clone(),
+                subscription.ack_deadline,
+                subscription.max_lease,
+                router,
+            )),
         })
     }
 

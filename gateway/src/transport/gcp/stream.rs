@@ -71,7 +71,13 @@ fn read(message: &google_cloud_pubsub::model::Message, attempt: Option<i32>, rec
 }
 
 impl StreamChannel {
-    pub(super) fn start(connection: &GcpConnection, subscription: Subscription, router: GcpProducer) -> StreamChannel {
+    pub(super) fn start(
+        connection: &GcpConnection,
+        subscription: Subscription,
+        ack_deadline: Duration,
+        max_lease: Option<Duration>,
+        router: GcpProducer,
+    ) -> StreamChannel {
         let (sender, inbox) = mpsc::channel(INBOX);
         let endpoint = connection.endpoint().to_owned();
         let path = connection.subscription_path(&subscription.name);
@@ -88,7 +94,12 @@ impl StreamChannel {
                     return tracing::error!(subscription = %path, %error, "cannot start the streaming subscriber")
                 }
             };
-            let mut stream = subscriber.subscribe(path.clone()).build();
+            // The stream's ack deadline follows the subscription's (the client's default is 60 s).
+            let mut builder = subscriber.subscribe(path.clone()).set_max_lease_extension(ack_deadline);
+            if let Some(max_lease) = max_lease {
+                builder = builder.set_max_lease(max_lease);
+            }
+            let mut stream = builder.build();
             while let Some(item) = stream.next().await {
                 match item {
                     Ok((message, handler)) => {
