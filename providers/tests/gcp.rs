@@ -92,6 +92,38 @@ async fn ac42_a_lapsed_ack_deadline_redelivers_with_a_strictly_greater_count() {
     channel.acknowledge(&again).await.unwrap();
 }
 
+/// AC-42 on stream: the subscriber stops extending the lease after `max_lease`, the stream's
+/// ack deadline lapses, and the broker redelivers. On stream-ordering the message is keyless:
+/// the ADR's alternative, since a keyed message's redelivery may be withheld behind its key.
+async fn stream_lease_lapse(ordering: bool) {
+    let topic = unique(if ordering { "lease-stream-ordering" } else { "lease-stream" });
+    let mut counted = subscription(&topic, Consumption::Stream, true);
+    counted.ordering = ordering;
+    counted.max_lease = Some(Duration::from_secs(1));
+    let channel = connection().channel(&counted).await.unwrap();
+    let sent = Message::new(&topic, MessageType::Command, "lease");
+    connection().producer(ordering).send(&sent).await.unwrap();
+    let first = receive(&*channel, sent.id(), Duration::from_secs(10)).await.unwrap();
+    let again = receive(&*channel, sent.id(), Duration::from_secs(40)).await.expect("redelivery after the lease");
+    assert!(
+        again.header.handled_count > first.header.handled_count,
+        "{} then {}",
+        first.header.handled_count,
+        again.header.handled_count
+    );
+    channel.acknowledge(&again).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ac42_stream_a_lapsed_lease_redelivers_with_a_strictly_greater_count() {
+    stream_lease_lapse(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ac42_stream_ordering_a_keyless_message_whose_lease_lapsed_is_redelivered_with_a_greater_count() {
+    stream_lease_lapse(true).await;
+}
+
 #[derive(Clone, Default)]
 struct Captured(Arc<Mutex<Vec<u8>>>);
 
