@@ -19,9 +19,15 @@ fn text_body(message: &Message) -> Result<String, SendError> {
         .map_err(|_| format!("message {}: SQS and SNS bodies are text and this body is not UTF-8", message.id()).into())
 }
 
-fn group_and_deduplication(message: &Message) -> (String, Option<String>) {
+/// A FIFO message's group (the partition key) and deduplication id: the bag's, else the
+/// message id. Never the body: content-based deduplication would silently drop a second,
+/// different message that happens to carry the same body within five minutes.
+fn group_and_deduplication(message: &Message) -> (String, String) {
     let group = message.header.partition_key.clone().unwrap_or_else(|| "default".to_owned());
-    let deduplication = message.header.bag.get(DEDUPLICATION_ID_KEY).map(ToString::to_string);
+    let deduplication = match message.header.bag.get(DEDUPLICATION_ID_KEY) {
+        Some(id) => id.to_string(),
+        None => message.header.id.clone(),
+    };
     (group, deduplication)
 }
 
@@ -39,9 +45,8 @@ pub(super) async fn send_to_queue(
         request = request.message_attributes(name, attribute);
     }
     if fifo {
-        // Deduplication falls back to the content-based deduplication the project's FIFO queues enable.
         let (group, deduplication) = group_and_deduplication(message);
-        request = request.message_group_id(group).set_message_deduplication_id(deduplication);
+        request = request.message_group_id(group).message_deduplication_id(deduplication);
     } else if delay_seconds > 0 {
         request = request.delay_seconds(delay_seconds as i32);
     }
@@ -154,7 +159,7 @@ impl Producer for SnsProducer {
         }
         if topic.ends_with(".fifo") {
             let (group, deduplication) = group_and_deduplication(message);
-            request = request.message_group_id(group).set_message_deduplication_id(deduplication);
+            request = request.message_group_id(group).message_deduplication_id(deduplication);
         }
         on_gateway_runtime(request.send()).await.map_err(|e| broker_error(topic, "send", &e))?;
         Ok(())
@@ -175,6 +180,18 @@ impl Producer for SnsProducer {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::message::MessageType;
+
+    #[test]
+    fn fifo_deduplication_is_the_bags_id_else_the_message_id_never_the_body() {
+        let first = Message::new("q.fifo", MessageType::Event, "same body");
+        let second = Message::new("q.fifo", MessageType::Event, "same body");
+        assert_ne!(group_and_deduplication(&first).1, group_and_deduplication(&second).1);
+        let mut chosen = first.clone();
+        chosen.header.partition_key = Some("orders-42".into());
+        chosen.header.bag.insert(DEDUPLICATION_ID_KEY.into(), "order-42-v1".into());
+        assert_eq!(group_and_deduplication(&chosen), ("orders-42".to_owned(), "order-42-v1".to_owned()));
+    }
 
     #[test]
     fn delays_round_up_and_limits_are_refused_with_the_reason() {
