@@ -54,7 +54,9 @@ fn render(tera: &Tera, template: &str, context: &Context) -> Result<String, Gene
         .map_err(|error| GenerateError::Template { template: format!("templates/{template}"), chain: chain(&error) })
 }
 
-fn rustfmt(root: &Path, template: &str, source: &str) -> Result<String, GenerateError> {
+/// Formats one source through rustfmt's stdin: for a file that declares out-of-line modules,
+/// which rustfmt would otherwise go looking for.
+fn rustfmt_one(root: &Path, template: &str, source: &str) -> Result<String, GenerateError> {
     let failed = |detail: String| GenerateError::Rustfmt { template: format!("templates/{template}"), detail };
     let mut child = Command::new("rustfmt")
         .args(["--edition", "2021", "--emit", "stdout", "--config-path"])
@@ -70,6 +72,47 @@ fn rustfmt(root: &Path, template: &str, source: &str) -> Result<String, Generate
         return Err(failed(String::from_utf8_lossy(&output.stderr).into_owned()));
     }
     String::from_utf8(output.stdout).map_err(|e| failed(e.to_string()))
+}
+
+/// Rust sources without module declarations waiting for rustfmt: formatted together by one
+/// rustfmt process (one process per file made generation scale with the matrix), each
+/// remembering its template for errors.
+#[derive(Default)]
+struct Unformatted {
+    sources: Vec<(PathBuf, String, String)>,
+}
+
+impl Unformatted {
+    fn add(&mut self, output: PathBuf, template: &str, source: String) {
+        self.sources.push((output, format!("templates/{template}"), source));
+    }
+
+    fn format_into(self, root: &Path, outputs: &mut BTreeMap<PathBuf, String>) -> Result<(), GenerateError> {
+        let failed = |template: &str, detail: String| GenerateError::Rustfmt { template: template.to_owned(), detail };
+        let scratch = tempfile::tempdir().map_err(|e| failed("templates/", e.to_string()))?;
+        let files: Vec<PathBuf> = (0..self.sources.len()).map(|i| scratch.path().join(format!("{i}.rs"))).collect();
+        for (file, (_, template, source)) in files.iter().zip(&self.sources) {
+            std::fs::write(file, source).map_err(|e| failed(template, e.to_string()))?;
+        }
+        let output = Command::new("rustfmt")
+            .args(["--edition", "2021", "--config-path"])
+            .arg(root.join("rustfmt.toml"))
+            .args(&files)
+            .output()
+            .map_err(|error| failed("templates/", format!("cannot start rustfmt: {error}")))?;
+        if !output.status.success() {
+            // rustfmt names the scratch file; name the template that produced it instead.
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            let culprit = files.iter().zip(&self.sources).find(|(file, _)| stderr.contains(&*file.to_string_lossy()));
+            let template = culprit.map_or("templates/", |(_, (_, template, _))| template.as_str());
+            return Err(failed(template, stderr.into_owned()));
+        }
+        for (file, (path, template, _)) in files.iter().zip(self.sources) {
+            let formatted = std::fs::read_to_string(file).map_err(|e| failed(&template, e.to_string()))?;
+            outputs.insert(path, formatted);
+        }
+        Ok(())
+    }
 }
 
 /// The `#[ignore = "..."]` literal of a Deferred cell, as Rust source.
@@ -113,6 +156,7 @@ pub(crate) fn render_all(
     tera.autoescape_on(vec![]);
     let generated = Path::new(GENERATED);
     let mut outputs = BTreeMap::new();
+    let mut unformatted = Unformatted::default();
 
     let transports: Vec<TransportView> =
         manifest.transports().into_iter().map(|(name, feature)| TransportView { name, feature }).collect();
@@ -127,7 +171,7 @@ pub(crate) fn render_all(
     outputs.insert(generated.join("Cargo.toml"), render(&tera, "crate/Cargo.toml.tera", &crate_context)?);
     crate_context.insert("template", "templates/crate/lib.rs.tera");
     let lib = render(&tera, "crate/lib.rs.tera", &crate_context)?;
-    outputs.insert(generated.join("src/lib.rs"), rustfmt(root, "crate/lib.rs.tera", &lib)?);
+    unformatted.add(generated.join("src/lib.rs"), "crate/lib.rs.tera", lib);
 
     for transport in &transports {
         let configurations: Vec<&ConfigurationEntry> =
@@ -140,7 +184,7 @@ pub(crate) fn render_all(
         context.insert("configurations", &views);
         let main = render(&tera, "crate/main.rs.tera", &context)?;
         let tests = generated.join("tests").join(transport.name);
-        outputs.insert(tests.join("main.rs"), rustfmt(root, "crate/main.rs.tera", &main)?);
+        outputs.insert(tests.join("main.rs"), rustfmt_one(root, "crate/main.rs.tera", &main)?);
 
         for configuration in configurations {
             for variant in &manifest.variants {
@@ -151,12 +195,13 @@ pub(crate) fn render_all(
                     let source = render(&tera, &template, &context)?;
                     let path =
                         tests.join(configuration.module()).join(variant).join(format!("{}.rs", behaviour.module()));
-                    outputs.insert(path, rustfmt(root, &template, &source)?);
+                    unformatted.add(path, &template, source);
                 }
             }
         }
     }
 
+    unformatted.format_into(root, &mut outputs)?;
     let markdown = ledger.render_markdown(&manifest.configuration_names(), &manifest.behaviour_ids());
     outputs.insert(PathBuf::from(LEDGER_MARKDOWN), markdown);
     Ok(outputs)

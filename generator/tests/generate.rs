@@ -136,3 +136,14 @@ fn snapshots_of_representative_outputs() {
     insta::assert_snapshot!("crate_manifest", read(&scratch, "generated/Cargo.toml"));
     insta::assert_snapshot!("ledger_markdown", read(&scratch, "ledger/LEDGER.md"));
 }
+
+#[test]
+fn a_template_that_renders_invalid_rust_is_named_in_the_error() {
+    let scratch = scratch_repository();
+    let template = scratch.path().join("templates/proactor/fr_16.rs.tera");
+    let text =
+        std::fs::read_to_string(&template).unwrap().replace("{% endblock body %}", "fn broken( {\n{% endblock body %}");
+    std::fs::write(&template, text).unwrap();
+    let error = generate(scratch.path(), Mode::Check).unwrap_err().to_string();
+    assert!(error.starts_with("rustfmt on the output of templates/proactor/fr_16.rs.tera:"), "{error}");
+}
