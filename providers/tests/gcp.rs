@@ -3,31 +3,16 @@
 //! and R-11: a subscription without a policy cannot count, is warned about once when its
 //! channel is created, and never on the receive path.
 
-use std::io::Write;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use gateway::transport::gcp::{Consumption, GcpConnection, GcpSubscription};
-use gateway::{Channel, Message, MessageType, Producer, Subscription};
+use gateway::{Message, MessageType, Producer, Subscription};
+
+mod support;
+use support::{captured_logs, receive, unique};
 
 fn connection() -> &'static GcpConnection {
     providers::gcp::connection()
-}
-
-fn unique(name: &str) -> String {
-    format!("bespoke-{name}-{}", &uuid::Uuid::new_v4().simple().to_string()[..8])
-}
-
-async fn receive(channel: &dyn Channel, id: &str, ceiling: Duration) -> Option<Message> {
-    let deadline = tokio::time::Instant::now() + ceiling;
-    while tokio::time::Instant::now() < deadline {
-        if let Some(message) = channel.receive(Duration::from_millis(500)).await.unwrap() {
-            if message.id() == id {
-                return Some(message);
-            }
-        }
-    }
-    None
 }
 
 /// A subscription on a fresh topic, with a DeadLetterPolicy (M = 5) when `counted`.
@@ -41,11 +26,13 @@ fn subscription(name: &str, consumption: Consumption, counted: bool) -> GcpSubsc
     subscription
 }
 
-/// Sends one message and nacks it on every delivery; returns the handled counts presented.
+/// Sends one message carrying handled count 2 and nacks it on every delivery; returns the
+/// handled counts presented (the broker's attempt wins where it counts, else the header's 2).
 async fn presented_counts(consumption: Consumption, counted: bool, deliveries: usize) -> Vec<u32> {
     let topic = unique(if counted { "ac39" } else { "uncounted" });
     let channel = connection().channel(&subscription(&topic, consumption, counted)).await.unwrap();
-    let sent = Message::new(&topic, MessageType::Command, "measured");
+    let mut sent = Message::new(&topic, MessageType::Command, "measured");
+    sent.header.handled_count = 2;
     connection().producer(false).send(&sent).await.unwrap();
     let mut counts = Vec::new();
     for _ in 0..deliveries {
@@ -68,84 +55,55 @@ async fn ac39_stream_with_a_dead_letter_policy_presents_attempts_1_2_3_as_0_1_2(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_a_dead_letter_policy_the_attempt_is_0_and_the_header_count_stands() {
-    assert_eq!(presented_counts(Consumption::Pull, false, 3).await, [0, 0, 0]);
-    assert_eq!(presented_counts(Consumption::Stream, false, 3).await, [0, 0, 0]);
+    assert_eq!(presented_counts(Consumption::Pull, false, 3).await, [2, 2, 2]);
+    assert_eq!(presented_counts(Consumption::Stream, false, 3).await, [2, 2, 2]);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn ac42_a_lapsed_ack_deadline_redelivers_with_a_strictly_greater_count() {
+/// AC-42: a message neither settled nor released is redelivered by the broker once its lease
+/// lapses, with a strictly greater count. Pull: a 1 s ack deadline (pstest accepts what the
+/// service would raise to 10 s). Stream: the subscriber stops extending after a 1 s max lease
+/// and the 10 s stream deadline lapses. On stream-ordering the message is keyless: the ADR's
+/// alternative, since a keyed message's redelivery may be withheld behind its key.
+async fn lease_lapse(consumption: Consumption, ordering: bool) {
     let topic = unique("lease");
-    let mut counted = subscription(&topic, Consumption::Pull, true);
-    counted.ack_deadline = Duration::from_secs(1); // pstest accepts what the service would raise to 10 s
-    let channel = connection().channel(&counted).await.unwrap();
-    let sent = Message::new(&topic, MessageType::Command, "lease");
-    connection().producer(false).send(&sent).await.unwrap();
-    let first = receive(&*channel, sent.id(), Duration::from_secs(10)).await.unwrap();
-    // Neither settled nor released: the lease lapses and the broker redelivers on its own.
-    let again = receive(&*channel, sent.id(), Duration::from_secs(15)).await.expect("redelivery after the lease");
-    assert!(
-        again.header.handled_count > first.header.handled_count,
-        "{} then {}",
-        first.header.handled_count,
-        again.header.handled_count
-    );
-    channel.acknowledge(&again).await.unwrap();
-}
-
-/// AC-42 on stream: the subscriber stops extending the lease after `max_lease`, the stream's
-/// ack deadline lapses, and the broker redelivers. On stream-ordering the message is keyless:
-/// the ADR's alternative, since a keyed message's redelivery may be withheld behind its key.
-async fn stream_lease_lapse(ordering: bool) {
-    let topic = unique(if ordering { "lease-stream-ordering" } else { "lease-stream" });
-    let mut counted = subscription(&topic, Consumption::Stream, true);
+    let mut counted = subscription(&topic, consumption, true);
     counted.ordering = ordering;
+    counted.ack_deadline = match consumption {
+        Consumption::Pull => Duration::from_secs(1),
+        Consumption::Stream => Duration::from_secs(10),
+    };
     counted.max_lease = Some(Duration::from_secs(1));
     let channel = connection().channel(&counted).await.unwrap();
     let sent = Message::new(&topic, MessageType::Command, "lease");
     connection().producer(ordering).send(&sent).await.unwrap();
     let first = receive(&*channel, sent.id(), Duration::from_secs(10)).await.unwrap();
     let again = receive(&*channel, sent.id(), Duration::from_secs(40)).await.expect("redelivery after the lease");
-    assert!(
-        again.header.handled_count > first.header.handled_count,
-        "{} then {}",
-        first.header.handled_count,
-        again.header.handled_count
-    );
+    let (before, after) = (first.header.handled_count, again.header.handled_count);
+    assert!(after > before, "{before} then {after}");
     channel.acknowledge(&again).await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ac42_pull_a_lapsed_ack_deadline_redelivers_with_a_strictly_greater_count() {
+    lease_lapse(Consumption::Pull, false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ac42_stream_a_lapsed_lease_redelivers_with_a_strictly_greater_count() {
-    stream_lease_lapse(false).await;
+    lease_lapse(Consumption::Stream, false).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ac42_stream_ordering_a_keyless_message_whose_lease_lapsed_is_redelivered_with_a_greater_count() {
-    stream_lease_lapse(true).await;
-}
-
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Captured {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(bytes);
-        Ok(bytes.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
+    lease_lapse(Consumption::Stream, true).await;
 }
 
 #[test]
 fn r11_is_warned_once_at_channel_creation_and_never_on_receive() {
-    let captured = Captured::default();
-    let writer = captured.clone();
-    let subscriber = tracing_subscriber::fmt().with_writer(move || writer.clone()).with_ansi(false).finish();
     let topic = unique("r11");
     let mut uncounted = subscription(&topic, Consumption::Pull, false);
     uncounted.subscription.requeue_count = 3;
-    tracing::subscriber::with_default(subscriber, || {
+    let logs = captured_logs(|| {
         gateway::blocking::runtime().block_on(async {
             let channel = connection().channel(&uncounted).await.unwrap();
             let sent = Message::new(&topic, MessageType::Command, "r11");
@@ -156,7 +114,6 @@ fn r11_is_warned_once_at_channel_creation_and_never_on_receive() {
             }
         })
     });
-    let logs = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
     let warnings: Vec<&str> = logs.lines().filter(|line| line.contains("WARN")).collect();
     assert_eq!(warnings.len(), 1, "one warning for one channel, none for three receives:\n{logs}");
     assert!(warnings[0].contains("no DeadLetterPolicy") && warnings[0].contains("requeue_count 3"), "{}", warnings[0]);

@@ -11,24 +11,11 @@ use gateway::rejection::keys;
 use gateway::transport::sqs::{SqsConnection, SqsSubscription};
 use gateway::{BagValue, Channel, Message, MessageType, Producer, Rejection, Subscription};
 
+mod support;
+use support::{receive, unique};
+
 fn connection() -> &'static SqsConnection {
     providers::sqs::connection()
-}
-
-fn unique(name: &str) -> String {
-    format!("bespoke-{name}-{}", &uuid::Uuid::new_v4().simple().to_string()[..8])
-}
-
-async fn receive(channel: &impl Channel, id: &str, ceiling: Duration) -> Option<Message> {
-    let deadline = tokio::time::Instant::now() + ceiling;
-    while tokio::time::Instant::now() < deadline {
-        if let Some(message) = channel.receive(Duration::from_secs(1)).await.unwrap() {
-            if message.id() == id {
-                return Some(message);
-            }
-        }
-    }
-    None
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
