@@ -41,12 +41,14 @@ pub fn runtime() -> &'static Runtime {
 
 /// Runs a broker SDK call on the gateway's runtime. SDK clients keep pooled connections and
 /// background tasks on the runtime that opened them; a caller's runtime that ends (every async
-/// test has its own) would strand them for the next caller.
-#[cfg(any(feature = "sqs", feature = "gcp"))]
-pub(crate) async fn on_gateway_runtime<T: Send + 'static>(
+/// test has its own) would strand them for the next caller. The call is spawned at once, so the
+/// returned future holds only its join handle: the SDK's future types stay out of the caller's.
+#[cfg(any(feature = "sqs", feature = "gcp", feature = "rocketmq"))]
+pub(crate) fn on_gateway_runtime<T: Send + 'static>(
     future: impl std::future::Future<Output = T> + Send + 'static,
-) -> T {
-    runtime().spawn(future).await.expect("a broker SDK call panicked")
+) -> impl std::future::Future<Output = T> {
+    let call = runtime().spawn(future);
+    async move { call.await.expect("a broker SDK call panicked") }
 }
 
 /// Wraps an async channel or producer as a blocking one.
