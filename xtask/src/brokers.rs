@@ -12,7 +12,8 @@ use crate::root;
 
 #[derive(Subcommand)]
 pub enum BrokersTask {
-    /// Install the local broker of each transport (memory: nothing; sqs: moto in a venv; gcp: the pstest launcher)
+    /// Install the local broker of each transport (memory: nothing; sqs: moto in a venv; gcp: the pstest
+    /// launcher; rocketmq: the Apache RocketMQ jars and the project's launcher)
     Install {
         /// Transports to install for
         #[arg(required = true, value_name = "TRANSPORT")]
@@ -21,7 +22,7 @@ pub enum BrokersTask {
 }
 
 /// The transports with a local broker, and the ones that need none.
-pub const INSTALLABLE: [&str; 3] = ["memory", "sqs", "gcp"];
+pub const INSTALLABLE: [&str; 4] = ["memory", "sqs", "gcp", "rocketmq"];
 
 pub fn run(task: BrokersTask) -> Result<()> {
     let BrokersTask::Install { transports } = task;
@@ -33,6 +34,7 @@ pub fn install(transport: &str) -> Result<()> {
         "memory" => Ok(()),
         "sqs" => install_moto(),
         "gcp" => install_pstest(),
+        "rocketmq" => install_rocketmq(),
         other => bail!("brokers install {other}: no such transport; valid choices: {}", INSTALLABLE.join(", ")),
     }
 }
@@ -95,12 +97,8 @@ fn install_pstest() -> Result<()> {
     let root = root();
     let source = root.join("providers/brokers/pstest");
     let binary = root.join(".brokers/gcp/pstest-launcher");
-    let modified = |path: &Path| std::fs::metadata(path).and_then(|m| m.modified()).ok();
-    let newest_source = ["main.go", "go.mod", "go.sum"].iter().filter_map(|file| modified(&source.join(file))).max();
-    if let (Some(built), Some(source)) = (modified(&binary), newest_source) {
-        if built >= source {
-            return Ok(());
-        }
+    if up_to_date(&binary, &source, &["main.go", "go.mod", "go.sum"]) {
+        return Ok(());
     }
     eprintln!(
         "brokers: building the Pub/Sub fake launcher into {} (first build downloads modules, about 2 minutes)",
@@ -109,5 +107,48 @@ fn install_pstest() -> Result<()> {
     run_quietly(
         Command::new("go").current_dir(&source).args(["build", "-o"]).arg(&binary).arg("."),
         "go build the pstest launcher",
+    )
+}
+
+/// Whether `built` exists and is newer than every one of `sources` in `folder`.
+fn up_to_date(built: &Path, folder: &Path, sources: &[&str]) -> bool {
+    let modified = |path: &Path| std::fs::metadata(path).and_then(|m| m.modified()).ok();
+    let newest_source = sources.iter().filter_map(|file| modified(&folder.join(file))).max();
+    matches!((modified(built), newest_source), (Some(built), Some(source)) if built >= source)
+}
+
+/// Apache RocketMQ (name server and broker) from Maven Central, pinned in
+/// providers/brokers/rocketmq/pom.xml, and the project's launcher compiled against it; both run
+/// with the machine's Java.
+fn install_rocketmq() -> Result<()> {
+    let root = root();
+    let source = root.join("providers/brokers/rocketmq");
+    let install = root.join(".brokers/rocketmq");
+    let launcher = install.join("classes/Launcher.class");
+    if up_to_date(&launcher, &source, &["pom.xml", "Launcher.java"]) {
+        return Ok(());
+    }
+    eprintln!("brokers: fetching the RocketMQ jars from Maven Central into {}", install.join("lib").display());
+    // A fresh lib folder: jars of an older pinned version must not stay on the class path.
+    let lib = install.join("lib");
+    if lib.exists() {
+        std::fs::remove_dir_all(&lib).with_context(|| format!("cannot clear {}", lib.display()))?;
+    }
+    run_quietly(
+        Command::new("mvn")
+            .args(["--batch-mode", "--quiet", "-f"])
+            .arg(source.join("pom.xml"))
+            .arg("dependency:copy-dependencies")
+            .arg(format!("-DoutputDirectory={}", lib.display())),
+        "fetch the RocketMQ jars with mvn dependency:copy-dependencies",
+    )?;
+    run_quietly(
+        Command::new("javac")
+            .arg("-cp")
+            .arg(lib.join("*"))
+            .arg("-d")
+            .arg(install.join("classes"))
+            .arg(source.join("Launcher.java")),
+        "compile the RocketMQ launcher with javac",
     )
 }

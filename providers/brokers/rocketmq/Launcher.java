@@ -1,0 +1,93 @@
+// The local RocketMQ broker of the conformance harness: a name server and one broker in a single
+// JVM (one heap, one start-up), on loopback ports given by the caller.
+//
+// Usage: java -cp "lib/*:classes" Launcher <work dir> <name server port> <broker port>
+// Prints `rocketmq ready ...` on stdout once both serve, then stops when stdin closes (the
+// startups' shutdown hooks stop the broker and the name server), so the broker never outlives
+// the test binary that started it. Topics are created by the clients (the transport's
+// make-channels), through the broker's TBW102 template topic.
+
+import java.io.FileWriter;
+import java.io.IOException;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.Comparator;
+import java.util.Properties;
+
+import org.apache.rocketmq.broker.BrokerController;
+import org.apache.rocketmq.broker.BrokerStartup;
+import org.apache.rocketmq.namesrv.NamesrvController;
+import org.apache.rocketmq.namesrv.NamesrvStartup;
+
+public class Launcher {
+    public static void main(String[] args) throws Exception {
+        if (args.length != 3) {
+            System.err.println("usage: Launcher <work dir> <name server port> <broker port>");
+            System.exit(2);
+        }
+        Path work = Path.of(args[0]).toAbsolutePath();
+        int namesrvPort = Integer.parseInt(args[1]);
+        int brokerPort = Integer.parseInt(args[2]);
+        String namesrv = "127.0.0.1:" + namesrvPort;
+        String broker = "127.0.0.1:" + brokerPort;
+        Files.createDirectories(work);
+        System.setProperty("rocketmq.home.dir", work.toString());
+
+        Properties namesrvConf = new Properties();
+        namesrvConf.setProperty("listenPort", String.valueOf(namesrvPort));
+        namesrvConf.setProperty("bindAddress", "127.0.0.1");
+        NamesrvController namesrvController =
+            NamesrvStartup.main0(new String[] {"-c", write(work.resolve("namesrv.conf"), namesrvConf)});
+
+        Properties brokerConf = new Properties();
+        brokerConf.setProperty("brokerClusterName", "ConformanceCluster");
+        brokerConf.setProperty("brokerName", "conformance-broker");
+        brokerConf.setProperty("brokerId", "0");
+        brokerConf.setProperty("brokerIP1", "127.0.0.1");
+        brokerConf.setProperty("namesrvAddr", namesrv);
+        brokerConf.setProperty("listenPort", String.valueOf(brokerPort));
+        brokerConf.setProperty("bindAddress", "127.0.0.1");
+        // The HA port defaults to listenPort + 1 on every interface; nothing here replicates.
+        brokerConf.setProperty("haListenPort", String.valueOf(brokerPort + 1));
+        brokerConf.setProperty("storePathRootDir", work.resolve("store").toString());
+        brokerConf.setProperty("storePathCommitLog", work.resolve("store/commitlog").toString());
+        // Small files: a conformance run writes kilobytes, and the defaults map 1 GiB up front.
+        brokerConf.setProperty("mappedFileSizeCommitLog", String.valueOf(64 * 1024 * 1024));
+        brokerConf.setProperty("mappedFileSizeConsumeQueue", String.valueOf(600_000));
+        brokerConf.setProperty("flushDiskType", "ASYNC_FLUSH");
+        // Registers the TBW102 template topic, through which clients create topics.
+        brokerConf.setProperty("autoCreateTopicEnable", "true");
+        brokerConf.setProperty("autoCreateSubscriptionGroup", "true");
+        BrokerController controller = BrokerStartup.createBrokerController(
+            new String[] {"-c", write(work.resolve("broker.conf"), brokerConf), "-n", namesrv});
+        BrokerStartup.start(controller);
+        // The broker registers its topics with the name server in the background; register once
+        // now, so that `ready` means clients find the TBW102 template topic's route.
+        controller.registerBrokerAll(true, false, true);
+
+        System.out.println("rocketmq ready namesrv=" + namesrv + " broker=" + broker);
+        System.out.flush();
+
+        while (System.in.read() != -1) {
+            // Input is ignored: only its end matters.
+        }
+        BrokerStartup.shutdown(controller);
+        NamesrvStartup.shutdown(namesrvController);
+        deleteRecursively(work);
+        System.exit(0);
+    }
+
+    // The store belongs to one test binary's run: nothing in it is wanted afterwards.
+    private static void deleteRecursively(Path folder) throws IOException {
+        try (var paths = Files.walk(folder)) {
+            paths.sorted(Comparator.reverseOrder()).forEach(path -> path.toFile().delete());
+        }
+    }
+
+    private static String write(Path file, Properties properties) throws IOException {
+        try (FileWriter writer = new FileWriter(file.toFile())) {
+            properties.store(writer, "written by the conformance launcher");
+        }
+        return file.toString();
+    }
+}
