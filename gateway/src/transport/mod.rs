@@ -1,10 +1,12 @@
 //! Transports: each turns broker messages into `Message`s through the delivery-count rule and
 //! settles them. The in-memory one is always compiled; broker ones sit behind cargo features.
 
-#[cfg(any(feature = "sqs", feature = "gcp"))]
+#[cfg(any(feature = "sqs", feature = "gcp", feature = "rocketmq"))]
 pub mod attributes;
 #[cfg(feature = "gcp")]
 pub mod gcp;
 pub mod memory;
+#[cfg(feature = "rocketmq")]
+pub mod rocketmq;
 #[cfg(feature = "sqs")]
 pub mod sqs;

@@ -1,0 +1,218 @@
+//! The connection to a RocketMQ name server: one process-wide client runtime, a producer, topic
+//! creation, and channel creation per make-channels.
+
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use rocketmq_client_rust::{
+    ClientConfig, ClientInstanceHandle, ClientRuntime, ClientRuntimeConfig, DefaultMQProducer, ProducerTopicAdmin,
+    TelemetryHandle, TopicCreateRequest,
+};
+use rocketmq_runtime::{RuntimeConfig, RuntimeOwner};
+
+use super::broker_error;
+use super::channel::{Broker, RocketMqChannel};
+use super::producer::{NativeSender, RocketMqProducer};
+use crate::blocking::on_gateway_runtime;
+use crate::budget::{self, DeliveryCounting};
+use crate::channel::{Channel, ChannelError};
+use crate::subscription::{MakeChannels, Subscription};
+
+/// Every handle of one connection shares one client instance (its connections); handles differ
+/// only in their call gate, so a channel's long poll never holds up another's ack.
+const CLIENT_DOMAIN: u64 = 1;
+/// The broker's template topic, through which clients create topics.
+const TEMPLATE_TOPIC: &str = "TBW102";
+const ADMIN_TIMEOUT_MILLIS: u64 = 5_000;
+
+/// A RocketMQ subscription: `subscription.name` is the consumer group, `routing_key` the topic,
+/// the dead-letter and invalid-message routing keys are topics.
+#[derive(Debug, Clone)]
+pub struct RocketMqSubscription {
+    pub subscription: Subscription,
+    /// The lease: how long a popped message stays invisible before the broker redelivers it.
+    pub invisible_time: Duration,
+}
+
+impl RocketMqSubscription {
+    pub fn new(subscription: Subscription) -> RocketMqSubscription {
+        RocketMqSubscription { subscription, invisible_time: Duration::from_secs(30) }
+    }
+}
+
+impl DeliveryCounting for RocketMqSubscription {
+    /// The group's maximum reconsume times lives on the broker, invisible to the client.
+    fn native_redrive_limit(&self) -> Option<u32> {
+        None
+    }
+
+    /// Pop always carries the broker's count (AC-23 measured it), so the budget is enforceable.
+    fn unenforceable_reason(&self) -> Option<String> {
+        None
+    }
+}
+
+/// The client's own runtime, once per process: the client builds its runtime itself, and a
+/// process-wide one outlives every caller's, as the gateway runtime does.
+fn client_runtime() -> &'static Arc<ClientRuntime> {
+    static CLIENT: OnceLock<(RuntimeOwner, Arc<ClientRuntime>)> = OnceLock::new();
+    &CLIENT
+        .get_or_init(|| {
+            let config =
+                RuntimeConfig { thread_name: "rocketmq-client".into(), worker_threads: 2, ..Default::default() };
+            let plan = RuntimeOwner::plan(config).expect("the RocketMQ client runtime configuration is valid");
+            let owner = plan.build().expect("the RocketMQ client runtime starts");
+            // A no-op telemetry handle: the client must not install a global tracing subscriber.
+            let runtime = ClientRuntime::try_new(
+                owner.root_context().component("client"),
+                ClientRuntimeConfig::default(),
+                TelemetryHandle::noop(),
+            )
+            .expect("the RocketMQ client runtime configuration is valid");
+            (owner, runtime)
+        })
+        .1
+}
+
+/// Topic creation, behind a trait object for the reason `NativeSender` gives.
+#[async_trait::async_trait]
+trait TopicAdmin: Send + Sync {
+    async fn create_topic(&self, request: TopicCreateRequest) -> Result<(), String>;
+}
+
+#[async_trait::async_trait]
+impl TopicAdmin for tokio::sync::Mutex<DefaultMQProducer> {
+    // Creating a topic needs the producer exclusively.
+    async fn create_topic(&self, request: TopicCreateRequest) -> Result<(), String> {
+        self.lock().await.create_topic_request(request).await.map_err(|e| super::describe(&e))
+    }
+}
+
+/// A RocketMQ name server and the clients this process talks to it through. No field or public
+/// future names a client type (see `NativeSender`), so callers need no raised recursion limit.
+#[derive(Clone)]
+pub struct RocketMqConnection {
+    name_server: String,
+    producer: Arc<dyn NativeSender>,
+    admin: Arc<dyn TopicAdmin>,
+}
+
+type BoxedFuture<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;
+
+impl std::fmt::Debug for RocketMqConnection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RocketMqConnection").field("name_server", &self.name_server).finish()
+    }
+}
+
+async fn started_producer(name_server: &str, group: String) -> Result<DefaultMQProducer, ChannelError> {
+    let mut producer = DefaultMQProducer::builder(client_runtime().clone())
+        .producer_group(group)
+        .name_server_addr(name_server)
+        .build();
+    producer.start().await.map_err(|e| broker_error(name_server, "start producer", e))?;
+    Ok(producer)
+}
+
+impl RocketMqConnection {
+    /// Connects to the name server at `host:port` and starts the producers.
+    pub async fn connect(name_server: &str) -> Result<RocketMqConnection, ChannelError> {
+        let address = name_server.to_owned();
+        let instance = format!("conformance-{}", uuid::Uuid::new_v4().simple());
+        let (producer, admin) = on_gateway_runtime(async move {
+            let producer = started_producer(&address, format!("{instance}-producer")).await?;
+            let admin = started_producer(&address, format!("{instance}-admin")).await?;
+            let producer: Arc<dyn NativeSender> = Arc::new(producer);
+            let admin: Arc<dyn TopicAdmin> = Arc::new(tokio::sync::Mutex::new(admin));
+            Ok::<_, ChannelError>((producer, admin))
+        })
+        .await?;
+        Ok(RocketMqConnection { name_server: name_server.to_owned(), producer, admin })
+    }
+
+    pub fn producer(&self) -> RocketMqProducer {
+        RocketMqProducer::new(self.producer.clone())
+    }
+
+    /// A started handle on this connection's client instance.
+    pub(super) async fn handle(&self) -> Result<Arc<ClientInstanceHandle>, ChannelError> {
+        let mut config = ClientConfig::default();
+        config.set_namesrv_addr(self.name_server.as_str().into());
+        let handle = ClientInstanceHandle::get_or_create(client_runtime(), CLIENT_DOMAIN, config, None)
+            .map_err(|e| broker_error(&self.name_server, "create client", e))?;
+        let handle = Arc::new(handle);
+        let started = handle.clone();
+        on_gateway_runtime(async move { started.start().await })
+            .await
+            .map_err(|e| broker_error(&self.name_server, "start client", e))?;
+        Ok(handle)
+    }
+
+    /// Creates `topic` with one queue, or updates it when it exists.
+    pub async fn create_topic(&self, topic: &str) -> Result<(), ChannelError> {
+        let admin = self.admin.clone();
+        let request = TopicCreateRequest {
+            key: TEMPLATE_TOPIC.to_owned(),
+            topic: topic.to_owned(),
+            queue_count: 1,
+            system_flag: None,
+            attributes: HashMap::new(),
+        };
+        on_gateway_runtime(async move { admin.create_topic(request).await })
+            .await
+            .map_err(|e| broker_error(topic, "create topic", e))
+    }
+
+    /// The broker serving `topic`, or `None` when the name server knows no such topic.
+    pub(super) async fn broker_of(
+        &self,
+        handle: &Arc<ClientInstanceHandle>,
+        topic: &str,
+    ) -> Result<Option<Broker>, ChannelError> {
+        let handle = handle.clone();
+        let name = topic.to_owned();
+        let route = on_gateway_runtime(async move { handle.topic_route(&name, ADMIN_TIMEOUT_MILLIS).await })
+            .await
+            .map_err(|e| broker_error(topic, "topic route", e))?;
+        // One broker serves a conformance topic; a multi-broker route would need a pop per broker.
+        Ok(route.and_then(|route| {
+            let data = route.broker_datas.first()?;
+            let address = data.broker_addrs().get(&0)?.clone();
+            Some(Broker { name: data.broker_name().clone(), address })
+        }))
+    }
+
+    /// The channel of `subscription`, its topics created first under `MakeChannels::Create`.
+    pub fn channel<'a>(
+        &'a self,
+        subscription: &'a RocketMqSubscription,
+    ) -> BoxedFuture<'a, Result<Arc<dyn Channel>, ChannelError>> {
+        Box::pin(self.make_channel(subscription))
+    }
+
+    async fn make_channel(&self, subscription: &RocketMqSubscription) -> Result<Arc<dyn Channel>, ChannelError> {
+        let common = &subscription.subscription;
+        if common.make_channels == MakeChannels::Create {
+            let destinations = [&common.dead_letter_routing_key, &common.invalid_message_routing_key];
+            for topic in std::iter::once(&common.routing_key).chain(destinations.into_iter().flatten()) {
+                self.create_topic(topic).await?;
+            }
+        }
+        let receiver = self.handle().await?;
+        let broker = match self.broker_of(&receiver, &common.routing_key).await? {
+            Some(broker) => broker,
+            None => return Err(ChannelError::Missing { channel: common.name.clone() }),
+        };
+        budget::warn_if_unenforceable(common, subscription);
+        let settler = self.handle().await?;
+        Ok(Arc::new(RocketMqChannel::new(
+            receiver,
+            settler,
+            broker,
+            common.clone(),
+            subscription.invisible_time,
+            self.producer(),
+        )))
+    }
+}

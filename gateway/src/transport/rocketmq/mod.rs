@@ -1,0 +1,48 @@
+//! RocketMQ 5.x through the broker's pop consumption (cargo feature `rocketmq`).
+//!
+//! The client is `rocketmq-client-rust`, speaking the remoting protocol to the broker: no proxy.
+//! Pop is RocketMQ's simple consumption: a popped message stays invisible for a lease, and comes
+//! back if it is not acknowledged, from the group's pop retry topic, with the broker's
+//! `reconsume_times` grown by one. That counter is the broker's own (measured, AC-23: it survives
+//! a consumer recreated in the same group), so a delivery's attempt is `reconsume_times + 1`
+//! and ADR 0077's AC-24 branch applies: the reader resolves the handled count with it.
+//! Requeue and nack change the invisible time (to the delay, or to 0); reject produces a stamped
+//! copy to the dead-letter or invalid-message topic, then acknowledges. The header travels as
+//! user properties in the layout `transport::attributes` shares with SQS and Pub/Sub: header
+//! fields own their property names and the bag is one JSON property, so a bag entry can never
+//! stand in for a header field on a forwarded message.
+
+mod channel;
+mod connection;
+mod producer;
+
+pub use channel::{read_popped_message, RocketMqChannel};
+pub use connection::{RocketMqConnection, RocketMqSubscription};
+pub use producer::{to_rocketmq_message, RocketMqProducer};
+
+/// The client's message builder, for messages the gateway did not write (`send_native`).
+pub use rocketmq_model::common::message::message_builder::MessageBuilder as NativeMessageBuilder;
+/// The client's received message type (the reader takes it).
+pub use rocketmq_model::common::message::message_ext::MessageExt as PoppedMessage;
+
+use crate::channel::ChannelError;
+
+/// The broker's longest invisible time: the longest a requeue can hold a message back.
+pub const MAX_INVISIBLE: std::time::Duration = std::time::Duration::from_secs(12 * 60 * 60);
+
+fn broker_error(channel: &str, operation: &'static str, error: impl std::fmt::Display) -> ChannelError {
+    ChannelError::Broker { channel: channel.to_owned(), operation, detail: error.to_string() }
+}
+
+/// The client's error with its causes: its own display is a category ("Argument is invalid"),
+/// the detail is in the source chain.
+fn describe(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(inner) = cause {
+        text.push_str(": ");
+        text.push_str(&inner.to_string());
+        cause = inner.source();
+    }
+    text
+}
