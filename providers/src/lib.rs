@@ -12,6 +12,8 @@ pub mod local;
 #[cfg(feature = "memory")]
 pub mod memory;
 pub mod recording;
+#[cfg(feature = "rocketmq")]
+pub mod rocketmq;
 #[cfg(feature = "sqs")]
 pub mod sqs;
 
@@ -26,6 +28,8 @@ pub use gcp::{gcp_pull, gcp_pull_ordering, gcp_stream, gcp_stream_ordering};
 #[cfg(feature = "memory")]
 pub use memory::memory;
 pub use recording::AlwaysDefers;
+#[cfg(feature = "rocketmq")]
+pub use rocketmq::rocketmq;
 #[cfg(feature = "sqs")]
 pub use sqs::{sns, sns_fifo, sqs, sqs_fifo};
 

@@ -1,0 +1,127 @@
+//! Bespoke RocketMQ tests outside the templates (ADR 0077, R-14): the AC-23 measurement that
+//! the delivery attempt is broker-supplied (it grows across lease lapses and survives a consumer
+//! recreated in the same group), requeue and nack through the invisible time, the dead-letter
+//! copy keeping its stamp across DLQ deliveries, and an unreadable message routed.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use gateway::rejection::{keys, Rejection};
+use gateway::transport::rocketmq::{NativeMessageBuilder, RocketMqConnection, RocketMqSubscription};
+use gateway::{Channel, Message, MessageType, Producer, Subscription};
+
+mod support;
+use support::{receive, unique};
+
+fn connection() -> &'static RocketMqConnection {
+    providers::rocketmq::connection()
+}
+
+async fn channel(subscription: &Subscription, lease: Duration) -> Arc<dyn Channel> {
+    let mut subscription = RocketMqSubscription::new(subscription.clone());
+    subscription.invisible_time = lease;
+    connection().channel(&subscription).await.unwrap()
+}
+
+/// AC-23: requeue count 3, a handler that defers by not settling, three deliveries across lease
+/// lapses, the consumer dropped and recreated in the same group before delivery 3. The broker's
+/// attempts read 1, 2, 3 (presented 0, 1, 2): the counter is broker-supplied, so AC-24 holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ac23_the_attempt_is_broker_supplied_across_lease_lapses_and_a_recreated_consumer() {
+    let topic = unique("ac23");
+    let subscription = Subscription::new(format!("{topic}-group"), &topic).with_requeue_count(3);
+    let lease = Duration::from_secs(2);
+    let consumer = channel(&subscription, lease).await;
+    let sent = Message::new(&topic, MessageType::Command, "measured");
+    connection().producer().send(&sent).await.unwrap();
+    let started = Instant::now();
+    let mut presented = Vec::new();
+    let mut arrivals = Vec::new();
+    for _ in 0..2 {
+        let delivery = receive(&*consumer, sent.id(), Duration::from_secs(30)).await.expect("a delivery");
+        presented.push(delivery.header.handled_count);
+        arrivals.push(started.elapsed().as_millis());
+    }
+    drop(consumer);
+    let recreated = channel(&subscription, lease).await;
+    let third = receive(&*recreated, sent.id(), Duration::from_secs(30)).await.expect("delivery 3");
+    presented.push(third.header.handled_count);
+    arrivals.push(started.elapsed().as_millis());
+    recreated.acknowledge(&third).await.unwrap();
+    eprintln!(
+        "AC-23: presented {presented:?} (attempts {:?}), arrivals after send {arrivals:?} ms",
+        presented.iter().map(|c| c + 1).collect::<Vec<_>>()
+    );
+    assert_eq!(presented, [0, 1, 2]);
+    assert!(receive(&*recreated, sent.id(), Duration::from_secs(5)).await.is_none(), "acknowledged, yet redelivered");
+}
+
+/// Requeue sets the invisible time to the delay: redelivered not before it, one attempt later;
+/// nack sets it to 0: redelivered well within the lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requeue_waits_the_delay_and_nack_releases_at_once_each_counted_by_the_broker() {
+    let topic = unique("requeue");
+    let lease = Duration::from_secs(30);
+    let consumer = channel(&Subscription::new(format!("{topic}-group"), &topic), lease).await;
+    let sent = Message::new(&topic, MessageType::Command, "requeued");
+    connection().producer().send(&sent).await.unwrap();
+    let first = receive(&*consumer, sent.id(), Duration::from_secs(30)).await.expect("delivery 1");
+    let requeued_at = Instant::now();
+    consumer.requeue(&first, Duration::from_secs(3)).await.unwrap();
+    let second = receive(&*consumer, sent.id(), Duration::from_secs(20)).await.expect("delivery 2");
+    let waited = requeued_at.elapsed();
+    assert!(waited >= Duration::from_secs(3), "redelivered {waited:?} after a 3 s requeue");
+    let nacked_at = Instant::now();
+    consumer.nack(&second).await.unwrap();
+    let third = receive(&*consumer, sent.id(), Duration::from_secs(20)).await.expect("delivery 3");
+    let released = nacked_at.elapsed();
+    assert!(released < lease, "a nack waited {released:?}, as long as the lease");
+    eprintln!("requeue 3 s -> redelivered after {waited:?}; nack -> after {released:?}");
+    assert_eq!([first.header.handled_count, second.header.handled_count, third.header.handled_count], [0, 1, 2]);
+    consumer.acknowledge(&third).await.unwrap();
+}
+
+/// the dead-letter copy keeps its stamped count on every DLQ delivery, whatever the DLQ
+/// group's own counter says.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dead_letter_copy_keeps_its_stamp_across_dead_letter_deliveries() {
+    let topic = unique("dlq");
+    let subscription = Subscription::new(format!("{topic}-group"), &topic).with_dead_letter(format!("{topic}-dlq"));
+    let lease = Duration::from_secs(10);
+    let consumer = channel(&subscription, lease).await;
+    let dead_letters = channel(&Subscription::new(format!("{topic}-dlq-reader"), format!("{topic}-dlq")), lease).await;
+    let mut sent = Message::new(&topic, MessageType::Command, "rejected");
+    sent.header.handled_count = 0;
+    connection().producer().send(&sent).await.unwrap();
+    let mut delivered = receive(&*consumer, sent.id(), Duration::from_secs(30)).await.expect("delivery");
+    delivered.header.handled_count = 3; // as the pump leaves it when the budget R = 3 is spent
+    assert!(consumer.reject(&delivered, Some(&Rejection::delivery_error("budget spent"))).await.unwrap());
+    let mut counts = Vec::new();
+    for _ in 0..3 {
+        let copy = receive(&*dead_letters, sent.id(), Duration::from_secs(30)).await.expect("a dead-letter delivery");
+        assert_eq!(copy.header.bag.get(keys::REJECTION_REASON), Some(&"DeliveryError".into()));
+        counts.push(copy.header.handled_count);
+        dead_letters.nack(&copy).await.unwrap();
+    }
+    assert_eq!(counts, [3, 3, 3]);
+}
+
+/// A message the gateway cannot read goes to the invalid-message topic as Unacceptable, with
+/// its body, and leaves the source.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreadable_message_is_routed_as_unacceptable() {
+    let topic = unique("unreadable");
+    let subscription =
+        Subscription::new(format!("{topic}-group"), &topic).with_invalid_message(format!("{topic}-invalid"));
+    let lease = Duration::from_secs(10);
+    let consumer = channel(&subscription, lease).await;
+    let invalid =
+        channel(&Subscription::new(format!("{topic}-invalid-reader"), format!("{topic}-invalid")), lease).await;
+    let raw = NativeMessageBuilder::new().topic(topic.as_str()).body_slice(b"not a gateway message").build().unwrap();
+    connection().producer().send_native(raw).await.unwrap();
+    assert!(consumer.receive(Duration::from_secs(5)).await.unwrap().is_none(), "the unreadable message was presented");
+    let routed = invalid.receive(Duration::from_secs(30)).await.unwrap().expect("the routed copy");
+    assert_eq!(routed.body.bytes, b"not a gateway message");
+    assert_eq!(routed.header.bag.get(keys::REJECTION_REASON), Some(&"Unacceptable".into()));
+    invalid.acknowledge(&routed).await.unwrap();
+}
