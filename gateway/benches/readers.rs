@@ -1,7 +1,7 @@
 //! Bytes allocated per message by each transport's reader (broker message → `Message`), on
 //! ADR 0077's shape: a 256-byte body and one bag entry; the median of 5 rounds of 1,000 reads.
 //! A counting global allocator sums requested bytes; the figure goes to BENCHMARKS.md.
-//! Run: `cargo bench -p gateway --features sqs,gcp --bench readers`.
+//! Run: `cargo bench -p gateway --features sqs,gcp,rocketmq --bench readers`.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::hint::black_box;
@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use aws_sdk_sqs::types::{Message as SqsMessage, MessageAttributeValue, MessageSystemAttributeName};
 use gateway::transport::attributes as wire;
 use gateway::transport::gcp::{proto, read_received_message, read_streamed_message, StreamedMessage};
+use gateway::transport::rocketmq::{read_popped_message, to_rocketmq_message, PoppedMessage};
 use gateway::transport::sqs::{read_sqs_message, Envelope};
 use gateway::{Message, MessageType};
 
@@ -101,6 +102,17 @@ fn streamed(message: &Message) -> StreamedMessage {
     StreamedMessage::new().set_data(message.body.bytes.clone()).set_attributes(pubsub_attributes(message))
 }
 
+/// As the broker pops it: the produced message, a first delivery, and the pop checkpoint the
+/// broker adds (the reader keeps it as the receipt).
+fn popped(message: &Message) -> PoppedMessage {
+    use rocketmq_model::common::message::{MessageConst, MessageTrait};
+    let mut popped = PoppedMessage::default();
+    popped.set_message_inner(to_rocketmq_message("orders", message, std::time::Duration::ZERO).unwrap());
+    popped.set_reconsume_times(0);
+    popped.put_property(MessageConst::PROPERTY_POP_CK.into(), "0 1796031448693 10000 1 0 broker-a 0 0".into());
+    popped
+}
+
 /// The median over rounds of the bytes one read allocates.
 fn bytes_per_message(mut read: impl FnMut()) -> usize {
     let mut rounds: Vec<usize> = (0..ROUNDS)
@@ -130,8 +142,11 @@ fn main() {
         let receipt = "00000000-0000-0000-0000-000000000000".to_owned();
         drop(black_box(read_streamed_message(black_box(&stream), Some(1), receipt).unwrap()))
     });
+    let pop = popped(&message);
+    let rocketmq = bytes_per_message(|| drop(black_box(read_popped_message(black_box(&pop)).unwrap())));
     println!("sqs (raw attributes): {sqs} B");
     println!("sns (SNS envelope in SQS): {sns} B");
     println!("gcp pull (ReceivedMessage): {pulled} B");
     println!("gcp stream (PubsubMessage): {streamed} B");
+    println!("rocketmq pop (MessageExt): {rocketmq} B");
 }
