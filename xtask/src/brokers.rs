@@ -91,6 +91,8 @@ fn installed(python: &Path, requirements: &Path) -> Result<bool> {
 
 /// Google's Pub/Sub fake behind the project's launcher (providers/brokers/pstest), built with the
 /// machine's Go from the Go module proxy; rebuilt when its sources are newer than the binary.
+/// Built static (CGO_ENABLED=0) so the very binary the local path runs also serves as the
+/// entrypoint of the stand-in image `brokers images` builds FROM scratch.
 fn install_pstest() -> Result<()> {
     let root = root();
     let source = root.join("providers/brokers/pstest");
@@ -107,7 +109,7 @@ fn install_pstest() -> Result<()> {
         binary.display()
     );
     run_quietly(
-        Command::new("go").current_dir(&source).args(["build", "-o"]).arg(&binary).arg("."),
+        Command::new("go").current_dir(&source).env("CGO_ENABLED", "0").args(["build", "-o"]).arg(&binary).arg("."),
         "go build the pstest launcher",
     )
 }
