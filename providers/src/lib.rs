@@ -5,6 +5,8 @@
 
 pub mod assertion;
 pub mod cell;
+#[cfg(feature = "containers")]
+pub mod containers;
 pub mod fault;
 #[cfg(feature = "gcp")]
 pub mod gcp;
@@ -12,6 +14,7 @@ pub mod local;
 #[cfg(feature = "memory")]
 pub mod memory;
 pub mod recording;
+pub mod source;
 #[cfg(feature = "sqs")]
 pub mod sqs;
 
