@@ -67,18 +67,30 @@ fn on_runtime<T: Send + 'static>(future: impl std::future::Future<Output = T> + 
 /// engine (auto never pulls). The error says why not, for the run's source line.
 pub fn usable(image: &ImageRef) -> Result<(), String> {
     let reference = image.to_string();
+    let hint = match stand_in(image) {
+        Some(stand_in) => format!(", or build the stand-in with {stand_in}"),
+        None => String::new(),
+    };
     on_runtime(async move {
         let check = async {
             let docker = docker_client_instance().await.map_err(|e| format!("no Docker client: {e}"))?;
             docker.ping().await.map_err(|e| format!("no Docker daemon answered ({e})"))?;
-            docker.inspect_image(&reference).await.map(drop).map_err(|_| {
-                format!("image {reference} is not in the engine (pull it, or build a stand-in with `cargo xtask brokers images`)")
-            })
+            docker
+                .inspect_image(&reference)
+                .await
+                .map(drop)
+                .map_err(|_| format!("image {reference} is not in the engine (pull it{hint})"))
         };
         tokio::time::timeout(DAEMON_CEILING, check)
             .await
             .unwrap_or_else(|_| Err(format!("no Docker daemon answered within {DAEMON_CEILING:?}")))
     })
+}
+
+/// How to build a stand-in for `image`, where the project has one (the Pub/Sub fake; SQS has none).
+fn stand_in(image: &ImageRef) -> Option<&'static str> {
+    // The variable, not the image: whatever it names, its stand-in is the one `brokers images` builds.
+    (image.variable == "CONFORMANCE_PUBSUB_IMAGE").then_some("`cargo xtask brokers images`")
 }
 
 /// Publishes `ports` on 127.0.0.1 only, on ports the engine picks: like a local process, a broker
@@ -103,9 +115,10 @@ async fn start<I: Image + 'static>(
 ) -> Result<BrokerContainer, String> {
     let request = request.into().with_host_config_modifier(loopback_only(ports)).with_startup_timeout(STARTUP_CEILING);
     let container: ContainerAsync<I> = request.start().await.map_err(|error| {
+        let stand_in = stand_in(reference).map(|how| format!(" or to the stand-in built by {how}")).unwrap_or_default();
         format!(
             "the {name} (image {reference}) did not start: {error}; is a Docker daemon running, and is the image \
-             present or pullable? Set {} to a mirror or a stand-in (`cargo xtask brokers images`)",
+             present or pullable? Set {} to a mirror{stand_in}",
             reference.variable
         )
     })?;
