@@ -15,10 +15,15 @@ pub enum Fault {
     /// Requeue puts back the copy as it was received, so its handled count never grows: the
     /// defect ADR 0077 fixes on brokers that re-serve their stored copy.
     StaleRequeue,
+    /// The broker container is killed (SIGKILL) 250 ms after it is up, while the first cells
+    /// run: the run must stop, name the broker, and leave the ledger untouched. Needs a broker
+    /// from containers (`CONFORMANCE_BROKERS=containers`); see `containers`.
+    KillBroker,
 }
 
 impl Fault {
-    const CHOICES: [(&'static str, Fault); 1] = [("stale-requeue", Fault::StaleRequeue)];
+    const CHOICES: [(&'static str, Fault); 2] =
+        [("stale-requeue", Fault::StaleRequeue), ("kill-broker", Fault::KillBroker)];
 
     /// The fault the environment asks for. An unknown value panics naming the valid choices:
     /// a typo must not silently run the healthy provider.

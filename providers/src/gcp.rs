@@ -1,7 +1,8 @@
 //! The GCP configurations: `gcp-pull`, `gcp-pull-ordering`, `gcp-stream`, `gcp-stream-ordering`.
 //!
-//! The broker, once per test binary: the emulator in `PUBSUB_EMULATOR_HOST`, else Google's Go
-//! fake (pstest) behind the launcher `cargo xtask brokers install gcp` builds.
+//! The broker, once per test binary, from the source `source::start` picks: the emulator in
+//! `PUBSUB_EMULATOR_HOST`, the Cloud SDK emulator image (or a stand-in) through testcontainers, or
+//! Google's Go fake (pstest) behind the launcher `cargo xtask brokers install gcp` builds.
 
 use std::process::Command;
 use std::sync::{Arc, OnceLock};
@@ -14,6 +15,7 @@ use gateway::{Channel, Subscription};
 use crate::assertion::FullHeader;
 use crate::cell::{Cell, CellParts, CellSpec, Teardown};
 use crate::local::{self, LocalProcess};
+use crate::source::{self, Definition, ImageRef, Running};
 use crate::Provider;
 
 /// The DeadLetterPolicy's max_delivery_attempts (M) where a cell has a dead-letter topic.
@@ -22,7 +24,7 @@ pub const PROJECT: &str = "conformance";
 
 struct Broker {
     connection: GcpConnection,
-    _process: Option<LocalProcess>,
+    _running: Running,
 }
 
 fn start_pstest() -> LocalProcess {
@@ -32,18 +34,34 @@ fn start_pstest() -> LocalProcess {
     local::start("pstest", "gcp", command, port, "pstest listening", Duration::from_secs(30))
 }
 
+/// The Pub/Sub broker in each source (chosen by `source::start`).
+fn definition() -> Definition {
+    Definition {
+        transport: "gcp",
+        endpoint_variable: "PUBSUB_EMULATOR_HOST",
+        image: ImageRef::from_environment("gcp", PUBSUB_IMAGE_VARIABLE, PUBSUB_IMAGE),
+        #[cfg(feature = "containers")]
+        container: crate::containers::pubsub,
+        local: start_pstest,
+    }
+}
+
+/// The image pinned for the container source: the one testcontainers-modules' CloudSdk uses.
+pub const PUBSUB_IMAGE: &str = "google/cloud-sdk:362.0.0-emulators";
+/// Overrides [`PUBSUB_IMAGE`] (`name:tag`), e.g. with the stand-in `cargo xtask brokers images` builds.
+pub const PUBSUB_IMAGE_VARIABLE: &str = "CONFORMANCE_PUBSUB_IMAGE";
+
 fn broker() -> &'static Broker {
     static BROKER: OnceLock<Broker> = OnceLock::new();
     BROKER.get_or_init(|| {
-        let (endpoint, process) = match std::env::var("PUBSUB_EMULATOR_HOST") {
-            Ok(host) => (format!("http://{host}"), None),
-            Err(_) => {
-                let process = start_pstest();
-                (format!("http://127.0.0.1:{}", process.port), Some(process))
-            }
+        let running = source::start(&definition());
+        let endpoint = match (&running, running.loopback_address()) {
+            (Running::Env(host), _) => format!("http://{host}"),
+            (_, Some(address)) => format!("http://{address}"),
+            (_, None) => unreachable!("a started broker has a loopback address"),
         };
         let connection = GcpConnection::emulator(&endpoint, PROJECT).unwrap_or_else(|e| panic!("{e}"));
-        Broker { connection, _process: process }
+        Broker { connection, _running: running }
     })
 }
 

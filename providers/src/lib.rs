@@ -5,6 +5,8 @@
 
 pub mod assertion;
 pub mod cell;
+#[cfg(feature = "containers")]
+pub mod containers;
 pub mod fault;
 #[cfg(feature = "gcp")]
 pub mod gcp;
@@ -14,6 +16,7 @@ pub mod memory;
 pub mod recording;
 #[cfg(feature = "rocketmq")]
 pub mod rocketmq;
+pub mod source;
 #[cfg(feature = "sqs")]
 pub mod sqs;
 

@@ -46,6 +46,9 @@ impl Provider for Memory {
         let healthy = self.broker.channel(&subscription).expect("create mode always succeeds");
         let channel: Arc<dyn Channel> = match Fault::from_environment() {
             Some(Fault::StaleRequeue) => Arc::new(StaleRequeue::new(healthy)),
+            Some(Fault::KillBroker) => {
+                panic!("CONFORMANCE_FAULT=kill-broker needs a broker container; memory has no broker")
+            }
             None => Arc::new(healthy),
         };
         CellParts {

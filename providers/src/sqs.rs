@@ -1,7 +1,8 @@
 //! The SQS configurations: `sqs`, `sqs-fifo`, `sns` (SNS to SQS, non-raw envelope), `sns-fifo`.
 //!
-//! The broker, once per test binary: the endpoint in `AWS_ENDPOINT_URL` (with the environment's
-//! credentials), else a local moto server installed by `cargo xtask brokers install sqs`.
+//! The broker, once per test binary, from the source `source::start` picks: the endpoint in
+//! `AWS_ENDPOINT_URL` (with the environment's credentials), LocalStack through testcontainers, or
+//! a local moto server installed by `cargo xtask brokers install sqs`.
 
 use std::process::Command;
 use std::sync::{Arc, OnceLock};
@@ -14,6 +15,7 @@ use gateway::{Channel, Producer, Subscription};
 use crate::assertion::FullHeader;
 use crate::cell::{Cell, CellParts, CellSpec, Teardown};
 use crate::local::{self, LocalProcess};
+use crate::source::{self, Definition, ImageRef, Running};
 use crate::Provider;
 
 /// The native redrive limit M the provider sets where the cell has a budget (FR-23: R = 3, M = 5).
@@ -21,7 +23,7 @@ pub const NATIVE_REDRIVE_LIMIT: u32 = 5;
 
 struct Broker {
     connection: SqsConnection,
-    _process: Option<LocalProcess>,
+    _running: Running,
 }
 
 fn start_moto() -> LocalProcess {
@@ -32,25 +34,36 @@ fn start_moto() -> LocalProcess {
     local::start("moto", "sqs", command, port, "moto listening", Duration::from_secs(60))
 }
 
+/// The SQS / SNS broker in each source (chosen by `source::start`).
+fn definition() -> Definition {
+    Definition {
+        transport: "sqs",
+        endpoint_variable: "AWS_ENDPOINT_URL",
+        image: ImageRef::from_environment("sqs", LOCALSTACK_IMAGE_VARIABLE, LOCALSTACK_IMAGE),
+        #[cfg(feature = "containers")]
+        container: crate::containers::localstack,
+        local: start_moto,
+    }
+}
+
+/// The image pinned for the container source: the one testcontainers-modules' LocalStack uses.
+pub const LOCALSTACK_IMAGE: &str = "localstack/localstack:4.5";
+/// Overrides [`LOCALSTACK_IMAGE`] (`name:tag`), e.g. with a mirror.
+pub const LOCALSTACK_IMAGE_VARIABLE: &str = "CONFORMANCE_LOCALSTACK_IMAGE";
+
 fn broker() -> &'static Broker {
     static BROKER: OnceLock<Broker> = OnceLock::new();
-    BROKER.get_or_init(|| match std::env::var("AWS_ENDPOINT_URL") {
-        Ok(_) => {
-            // Loading the environment's configuration is async; a plain thread may block on it
-            // whether or not the caller is on a runtime.
-            let connection =
-                std::thread::spawn(|| gateway::blocking::runtime().block_on(SqsConnection::from_environment()))
-                    .join()
-                    .expect("loading the AWS configuration panicked");
-            Broker { connection, _process: None }
-        }
-        Err(_) => {
-            let process = start_moto();
-            Broker {
-                connection: SqsConnection::local(&format!("http://127.0.0.1:{}", process.port)),
-                _process: Some(process),
-            }
-        }
+    BROKER.get_or_init(|| {
+        let running = source::start(&definition());
+        let connection = match running.loopback_address() {
+            Some(address) => SqsConnection::local(&format!("http://{address}")),
+            // From the environment: its endpoint and credentials. Loading them is async; a plain
+            // thread may block on it whether or not the caller is on a runtime.
+            None => std::thread::spawn(|| gateway::blocking::runtime().block_on(SqsConnection::from_environment()))
+                .join()
+                .expect("loading the AWS configuration panicked"),
+        };
+        Broker { connection, _running: running }
     })
 }
 

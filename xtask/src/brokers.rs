@@ -1,6 +1,9 @@
 //! `cargo xtask brokers install <transport>`: puts what a transport's local broker needs under
 //! `.brokers/<transport>/`, from the registries this machine reaches. Idempotent and quick when
 //! already installed, so `conformance` and `test` call it every time.
+//!
+//! `cargo xtask brokers images`: builds stand-in images carrying the same brokers the local path
+//! runs, for Docker engines that cannot pull (air-gapped, or this project's CI).
 
 use std::path::Path;
 use std::process::Command;
@@ -19,14 +22,53 @@ pub enum BrokersTask {
         #[arg(required = true, value_name = "TRANSPORT")]
         transports: Vec<String>,
     },
+    /// Build local stand-in broker images for engines that cannot pull (gcp: the pstest launcher FROM scratch)
+    Images,
 }
+
+/// The Pub/Sub stand-in: `localhost/` so no engine ever pulls a look-alike from a public registry
+/// (the name cannot resolve to Docker Hub); the tag names the pstest module the launcher pins.
+/// The container source uses it when CONFORMANCE_PUBSUB_IMAGE names it.
+pub const PUBSUB_STAND_IN: &str = "localhost/conformance-pstest:pubsub-v2.9.0";
 
 /// The transports with a local broker, and the ones that need none.
 pub const INSTALLABLE: [&str; 4] = ["memory", "sqs", "gcp", "rocketmq"];
 
 pub fn run(task: BrokersTask) -> Result<()> {
-    let BrokersTask::Install { transports } = task;
-    transports.iter().try_for_each(|transport| install(transport))
+    match task {
+        BrokersTask::Install { transports } => transports.iter().try_for_each(|transport| install(transport)),
+        BrokersTask::Images => images(),
+    }
+}
+
+/// The Pub/Sub stand-in image: the static launcher `install gcp` builds, as the entrypoint of an
+/// image FROM scratch. Its container mode speaks the interface testcontainers-modules'
+/// `CloudSdk::pubsub()` expects of Google's image (gcloud's arguments, the ready line on stderr).
+/// SQS has no stand-in: moto needs Python, which an image FROM scratch cannot carry.
+fn images() -> Result<()> {
+    install_pstest()?;
+    let started = std::time::Instant::now();
+    let context = root().join("target/stand-in-images/pstest");
+    std::fs::create_dir_all(&context)?;
+    std::fs::copy(root().join(".brokers/gcp/pstest-launcher"), context.join("pstest-launcher"))
+        .context("copying the pstest launcher into the image context")?;
+    std::fs::write(
+        context.join("Dockerfile"),
+        "# Written by `cargo xtask brokers images`: Google's pstest behind the project's launcher.\n\
+         FROM scratch\n\
+         COPY pstest-launcher /pstest-launcher\n\
+         EXPOSE 8085\n\
+         ENTRYPOINT [\"/pstest-launcher\"]\n",
+    )?;
+    run_quietly(
+        Command::new("docker").args(["build", "--quiet", "--tag", PUBSUB_STAND_IN]).arg(&context),
+        &format!("docker build {PUBSUB_STAND_IN} (is the docker CLI installed and a daemon running?)"),
+    )?;
+    eprintln!(
+        "brokers: built {PUBSUB_STAND_IN} in {:.1} s; use it with CONFORMANCE_PUBSUB_IMAGE={PUBSUB_STAND_IN}",
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
 }
 
 pub fn install(transport: &str) -> Result<()> {
@@ -93,6 +135,8 @@ fn installed(python: &Path, requirements: &Path) -> Result<bool> {
 
 /// Google's Pub/Sub fake behind the project's launcher (providers/brokers/pstest), built with the
 /// machine's Go from the Go module proxy; rebuilt when its sources are newer than the binary.
+/// Built static (CGO_ENABLED=0) so the very binary the local path runs also serves as the
+/// entrypoint of the stand-in image `brokers images` builds FROM scratch.
 fn install_pstest() -> Result<()> {
     let root = root();
     let source = root.join("providers/brokers/pstest");
@@ -105,7 +149,7 @@ fn install_pstest() -> Result<()> {
         binary.display()
     );
     run_quietly(
-        Command::new("go").current_dir(&source).args(["build", "-o"]).arg(&binary).arg("."),
+        Command::new("go").current_dir(&source).env("CGO_ENABLED", "0").args(["build", "-o"]).arg(&binary).arg("."),
         "go build the pstest launcher",
     )
 }

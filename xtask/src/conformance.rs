@@ -27,6 +27,57 @@ pub struct Args {
     /// With another folder the generated code is not rewritten
     #[arg(long, value_name = "DIR")]
     ledger_dir: Option<PathBuf>,
+    /// Where brokers come from: auto (env, then containers when a Docker daemon answers and the
+    /// image is present, then local), env, containers (testcontainers) or local (local processes).
+    /// Passed to the test binaries as CONFORMANCE_BROKERS
+    #[arg(long, value_enum, value_name = "SOURCE", default_value_t = Brokers::Auto)]
+    brokers: Brokers,
+}
+
+/// The broker sources of `providers::source`, which resolves them inside each test binary.
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Brokers {
+    Auto,
+    Env,
+    Containers,
+    Local,
+}
+
+impl Brokers {
+    pub const VARIABLE: &'static str = "CONFORMANCE_BROKERS";
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Brokers::Auto => "auto",
+            Brokers::Env => "env",
+            Brokers::Containers => "containers",
+            Brokers::Local => "local",
+        }
+    }
+
+    /// The value of CONFORMANCE_BROKERS, checked here so a typo fails before anything builds.
+    pub fn from_environment() -> Result<Brokers> {
+        let value = std::env::var(Brokers::VARIABLE).unwrap_or_default();
+        if value.is_empty() {
+            return Ok(Brokers::Auto);
+        }
+        <Brokers as clap::ValueEnum>::from_str(&value, false).map_err(|_| {
+            anyhow::anyhow!(
+                "{}={value:?} is not a broker source; valid choices: auto, env, containers, local",
+                Brokers::VARIABLE
+            )
+        })
+    }
+
+    /// Whether the test binaries need providers' `containers` feature (testcontainers).
+    fn may_use_containers(self) -> bool {
+        matches!(self, Brokers::Auto | Brokers::Containers)
+    }
+
+    /// Whether the local broker must be installed first.
+    fn may_use_local(self) -> bool {
+        matches!(self, Brokers::Auto | Brokers::Local)
+    }
 }
 
 /// One finished test of a generated binary.
@@ -48,10 +99,16 @@ fn cargo() -> Command {
     Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
 }
 
-fn build_test_binary(transport: &str, feature: &str) -> Result<PathBuf> {
+fn build_test_binary(transport: &str, feature: &str, brokers: Brokers) -> Result<PathBuf> {
+    // A transport with a broker gets testcontainers unless the run rules containers out.
+    let features = if transport != "memory" && brokers.may_use_containers() {
+        format!("{feature},providers/containers")
+    } else {
+        feature.to_owned()
+    };
     let output = cargo()
         .current_dir(root())
-        .args(["test", "--package", "generated", "--no-default-features", "--features", feature])
+        .args(["test", "--package", "generated", "--no-default-features", "--features", &features])
         .args(["--test", transport, "--no-run", "--message-format=json-render-diagnostics"])
         .stderr(Stdio::inherit())
         .output()
@@ -93,6 +150,7 @@ fn failure_sections(lines: &[String]) -> BTreeMap<String, String> {
 
 fn run_binary(
     transport: &str,
+    brokers: Brokers,
     executable: &Path,
     done: &mut usize,
     total: usize,
@@ -102,10 +160,27 @@ fn run_binary(
     let mut child = Command::new(executable)
         .current_dir(root().join(generator::GENERATED))
         .args(["--include-ignored", "--test-threads", &tests.clamp(1, 64).to_string()])
+        .env(Brokers::VARIABLE, brokers.name())
         .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
+        .stderr(Stdio::piped())
         .spawn()
         .with_context(|| format!("cannot start {}", executable.display()))?;
+    // The binary's stderr is passed through; a line in which providers::source stops it for its
+    // broker (`error: <transport> broker: …`) voids the run even if libtest's summary got out.
+    let broker_stopped = {
+        let stderr = BufReader::new(child.stderr.take().expect("piped"));
+        let fatal = format!("error: {transport} broker: ");
+        std::thread::spawn(move || {
+            let mut stopped = None;
+            for line in stderr.lines().map_while(Result::ok) {
+                eprintln!("{line}");
+                if stopped.is_none() && line.starts_with(&fatal) {
+                    stopped = Some(line);
+                }
+            }
+            stopped
+        })
+    };
     let (mut finished, mut lines, mut summarised) = (Vec::new(), Vec::new(), false);
     for line in BufReader::new(child.stdout.take().expect("piped")).lines() {
         let line = line?;
@@ -119,6 +194,11 @@ fn run_binary(
         lines.push(line);
     }
     let status = child.wait()?;
+    if let Some(line) = broker_stopped.join().expect("the stderr reader panicked") {
+        bail!(
+            "the {transport} conformance binary stopped for its broker ({status}): {line}; the ledger is left untouched"
+        );
+    }
     if !summarised {
         bail!(
             "the {transport} conformance binary ended without a test summary ({status}): a broker or the binary died; \
@@ -178,10 +258,13 @@ pub fn run(args: &Args) -> Result<()> {
 
     // Build everything first, so the progress count covers the whole matrix.
     let mut binaries = Vec::new();
+    eprintln!("brokers: {} (each transport says below which source it used)", args.brokers.name());
     for (transport, feature) in &transports {
-        crate::brokers::install(transport)?;
+        if args.brokers.may_use_local() {
+            crate::brokers::install(transport)?;
+        }
         eprintln!("building the {transport} conformance tests (feature {feature})");
-        let executable = build_test_binary(transport, feature)?;
+        let executable = build_test_binary(transport, feature, args.brokers)?;
         let configurations: Vec<String> =
             manifest.configurations.iter().filter(|c| c.transport == *transport).map(|c| c.name.clone()).collect();
         binaries.push((*transport, executable, configurations));
@@ -189,7 +272,7 @@ pub fn run(args: &Args) -> Result<()> {
     let total: usize = binaries.iter().map(|(_, exe, _)| count_tests(exe).unwrap_or(0)).sum();
     let (mut done, mut runs) = (0, Vec::new());
     for (transport, executable, configurations) in &binaries {
-        let (finished, failures, wall) = run_binary(transport, executable, &mut done, total)?;
+        let (finished, failures, wall) = run_binary(transport, args.brokers, executable, &mut done, total)?;
         runs.push(BinaryRun { configurations: configurations.clone(), finished, failures, wall });
     }
 

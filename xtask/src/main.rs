@@ -36,11 +36,15 @@ enum Task {
     /// Read, defer, render or audit ledger cells
     #[command(subcommand)]
     Ledger(ledger_tasks::LedgerTask),
-    /// Install local brokers
+    /// Install local brokers, or build stand-in broker images
     #[command(subcommand)]
     Brokers(brokers::BrokersTask),
     /// Run every test: install the local brokers, then `cargo test --workspace --all-features`
-    Test,
+    Test {
+        /// Where brokers come from (auto, env, containers, local); default: CONFORMANCE_BROKERS, else auto
+        #[arg(long, value_enum, value_name = "SOURCE")]
+        brokers: Option<conformance::Brokers>,
+    },
 }
 
 /// The workspace root: the xtask lives one folder below it.
@@ -63,12 +67,19 @@ fn generate(check: bool) -> Result<()> {
     Ok(())
 }
 
-/// Every test of the workspace, broker-backed ones included.
-fn test() -> Result<()> {
+/// Every test of the workspace, broker-backed ones included. The broker source reaches the test
+/// binaries as CONFORMANCE_BROKERS (providers::source resolves it there).
+fn test(brokers: Option<conformance::Brokers>) -> Result<()> {
+    let brokers = match brokers {
+        Some(brokers) => brokers,
+        None => conformance::Brokers::from_environment()?,
+    };
+    eprintln!("brokers: {} (each broker-backed test binary says which source it used)", brokers.name());
     brokers::INSTALLABLE.iter().try_for_each(|transport| brokers::install(transport))?;
     let status = std::process::Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
         .current_dir(root())
         .args(["test", "--workspace", "--all-features"])
+        .env(conformance::Brokers::VARIABLE, brokers.name())
         .status()?;
     anyhow::ensure!(status.success(), "cargo test --workspace --all-features failed ({status})");
     Ok(())
@@ -81,7 +92,7 @@ fn main() -> ExitCode {
         Task::Conformance(args) => conformance::run(&args),
         Task::Ledger(task) => ledger_tasks::run(task),
         Task::Brokers(task) => brokers::run(task),
-        Task::Test => test(),
+        Task::Test { brokers } => test(brokers),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -77,3 +77,58 @@ fn an_unknown_transport_is_refused_with_the_valid_choices() {
         "{stderr}"
     );
 }
+
+/// The Pub/Sub stand-in `cargo xtask brokers images` builds (xtask's `brokers::PUBSUB_STAND_IN`).
+const PUBSUB_STAND_IN: &str = "localhost/conformance-pstest:pubsub-v2.9.0";
+
+/// Every file of a ledger folder, by name, as bytes.
+fn ledger_files(dir: &Path) -> std::collections::BTreeMap<String, Vec<u8>> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .map(|path| (path.file_name().unwrap().to_string_lossy().into_owned(), std::fs::read(&path).unwrap()))
+        .collect()
+}
+
+/// Needs a Docker daemon and the stand-in image, so it is ignored in `cargo xtask test` (which
+/// must pass on machines without Docker); `.ci/run` runs it with `--ignored` once its engine is
+/// up, and there a missing daemon or image makes it fail, never skip.
+#[test]
+#[ignore = "needs a Docker daemon and the Pub/Sub stand-in image (cargo xtask brokers images); .ci/run runs it with --ignored"]
+fn a_broker_container_dying_mid_run_fails_the_run_names_the_broker_and_leaves_the_ledger() {
+    let ledger = scratch_ledger();
+    for file in ["runs.jsonl", "LEDGER.md"] {
+        std::fs::copy(root().join("ledger").join(file), ledger.path().join(file)).unwrap();
+    }
+    let before = ledger_files(ledger.path());
+    let image = std::env::var("CONFORMANCE_PUBSUB_IMAGE").unwrap_or_else(|_| PUBSUB_STAND_IN.to_owned());
+    let output = Command::new(env!("CARGO_BIN_EXE_xtask"))
+        .args(["conformance", "--transport", "gcp", "--brokers", "containers", "--ledger-dir"])
+        .arg(ledger.path())
+        .env("CONFORMANCE_FAULT", "kill-broker")
+        .env("CONFORMANCE_PUBSUB_IMAGE", &image)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "the run must fail:\n{stderr}");
+    let up = format!("gcp: broker from containers (image {image}, container ");
+    let id = stderr
+        .lines()
+        .find_map(|line| line.strip_prefix(up.as_str()))
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap_or_else(|| panic!("the broker must have come from a container ({up}…):\n{stderr}"))
+        .to_owned();
+    assert!(stderr.contains(&format!("fault kill-broker: killing container {id}")), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "error: gcp broker: the Pub/Sub emulator container {id} (image {image}) died mid-run (exit code 137)"
+        )),
+        "the failure names the broker: {stderr}"
+    );
+    assert!(stderr.contains("the ledger is left untouched"), "{stderr}");
+    assert!(!stderr.contains("regression:"), "no cell may be judged: {stderr}");
+    assert_eq!(ledger_files(ledger.path()), before, "the ledger folder must be byte-identical");
+    // The exit hook removed the killed container.
+    let left = Command::new("docker").args(["ps", "-a", "-q", "--filter"]).arg(format!("id={id}")).output().unwrap();
+    assert!(left.status.success() && left.stdout.is_empty(), "container {id} was left behind");
+}

@@ -1,0 +1,255 @@
+//! Where a transport's broker comes from. The one place the choice is made: every transport's
+//! `broker()` describes its broker as a [`Definition`] and calls [`start`].
+//!
+//! `CONFORMANCE_BROKERS` (set by `cargo xtask conformance --brokers` and `cargo xtask test`, or by
+//! hand for plain `cargo test`) picks the source:
+//! - `env`: the endpoint in the transport's variable (`AWS_ENDPOINT_URL`, `PUBSUB_EMULATOR_HOST`);
+//!   the run stops when it is unset.
+//! - `containers`: the transport's image through testcontainers (feature `containers`), pulled by
+//!   the engine when missing; the run stops when no daemon answers or the container fails.
+//! - `local`: a local process installed by `cargo xtask brokers install <transport>`.
+//! - `auto` (unset or empty): `env` when the variable is set; else `containers` when the feature
+//!   is built, a daemon answers and the image is already present in the engine (auto never
+//!   pulls, so a machine with Docker but without the image behaves as before); else `local`.
+//!
+//! A source that cannot give a broker stops the test binary at once (see [`fatal`]): it then ends
+//! without libtest's summary, and `cargo xtask conformance` refuses to touch the ledger.
+
+use std::io::Write;
+use std::time::Instant;
+
+use crate::fault::Fault;
+use crate::local::LocalProcess;
+
+/// The variable that picks the source.
+pub const VARIABLE: &str = "CONFORMANCE_BROKERS";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Choice {
+    Auto,
+    Env,
+    Containers,
+    Local,
+}
+
+impl Choice {
+    pub const NAMES: [&'static str; 4] = ["auto", "env", "containers", "local"];
+
+    pub fn parse(value: &str) -> Result<Choice, String> {
+        match value {
+            "" | "auto" => Ok(Choice::Auto),
+            "env" => Ok(Choice::Env),
+            "containers" => Ok(Choice::Containers),
+            "local" => Ok(Choice::Local),
+            other => {
+                Err(format!("{VARIABLE}={other:?} is not a broker source; valid choices: {}", Choice::NAMES.join(", ")))
+            }
+        }
+    }
+
+    /// The choice in the environment; an unknown value stops the binary naming the valid choices
+    /// (a typo must not silently pick another broker).
+    pub fn from_environment(transport: &str) -> Choice {
+        let value = std::env::var(VARIABLE).unwrap_or_default();
+        Choice::parse(&value).unwrap_or_else(|error| fatal(transport, &error))
+    }
+}
+
+/// An image reference, pinned in the code and overridable by one environment variable
+/// (`name:tag`), for mirrors and for engines that cannot pull (see `cargo xtask brokers images`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ImageRef {
+    pub name: String,
+    pub tag: String,
+    /// The variable that overrides it, named in every message about the image.
+    pub variable: &'static str,
+}
+
+impl ImageRef {
+    pub fn parse(variable: &'static str, value: &str) -> Result<ImageRef, String> {
+        // The tag follows the last ':' unless that ':' is a registry's port ("host:5000/name").
+        match value.rsplit_once(':') {
+            Some((name, tag)) if !name.is_empty() && !tag.is_empty() && !tag.contains('/') => {
+                Ok(ImageRef { name: name.to_owned(), tag: tag.to_owned(), variable })
+            }
+            _ => Err(format!("{variable}={value:?} is not an image reference; expected name:tag, e.g. mirror.example/google/cloud-sdk:362.0.0-emulators")),
+        }
+    }
+
+    /// `default` (`name:tag`) unless `variable` is set.
+    pub fn from_environment(transport: &str, variable: &'static str, default: &str) -> ImageRef {
+        let value = std::env::var(variable).ok().filter(|v| !v.is_empty()).unwrap_or_else(|| default.to_owned());
+        ImageRef::parse(variable, &value).unwrap_or_else(|error| fatal(transport, &error))
+    }
+}
+
+impl std::fmt::Display for ImageRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}", self.name, self.tag)
+    }
+}
+
+/// One transport's broker, in each of the three sources.
+pub struct Definition {
+    pub transport: &'static str,
+    /// The variable holding an endpoint from the environment.
+    pub endpoint_variable: &'static str,
+    /// The container image (pinned, overridable).
+    pub image: ImageRef,
+    /// Starts the container; only built with feature `containers`.
+    #[cfg(feature = "containers")]
+    pub container: fn(&ImageRef) -> Result<crate::containers::BrokerContainer, String>,
+    /// Starts the local process.
+    pub local: fn() -> LocalProcess,
+}
+
+/// A broker that is up: where it is, and what keeps it alive for the binary's life.
+pub enum Running {
+    /// The value of the endpoint variable, as given.
+    Env(String),
+    #[cfg(feature = "containers")]
+    Container(crate::containers::BrokerContainer),
+    Local(LocalProcess),
+}
+
+impl Running {
+    /// `host:port` of a broker this binary started (none for `Env`).
+    pub fn loopback_address(&self) -> Option<String> {
+        match self {
+            Running::Env(_) => None,
+            #[cfg(feature = "containers")]
+            Running::Container(container) => Some(format!("127.0.0.1:{}", container.port)),
+            Running::Local(process) => Some(format!("127.0.0.1:{}", process.port)),
+        }
+    }
+}
+
+/// Resolves the source for `definition`, starts the broker and says on stderr which source it
+/// came from (one line per transport and binary, e.g. `gcp: broker from local (pstest …)`).
+pub fn start(definition: &Definition) -> Running {
+    let transport = definition.transport;
+    let endpoint = std::env::var(definition.endpoint_variable).ok().filter(|v| !v.is_empty());
+    let choice = Choice::from_environment(transport);
+    let started = Instant::now();
+    let (running, detail) = match (choice, endpoint) {
+        (Choice::Env | Choice::Auto, Some(endpoint)) => {
+            let detail = format!("{}={endpoint}", definition.endpoint_variable);
+            (Running::Env(endpoint), detail)
+        }
+        (Choice::Env, None) => fatal(
+            transport,
+            &format!(
+                "{VARIABLE}=env but {} is unset; set it to the broker's endpoint, or choose another source (valid choices: {})",
+                definition.endpoint_variable,
+                Choice::NAMES.join(", ")
+            ),
+        ),
+        (Choice::Containers, _) => start_container(definition),
+        (Choice::Local, _) => start_local(definition, None),
+        (Choice::Auto, None) => match containers_usable(definition) {
+            Ok(()) => start_container(definition),
+            Err(why) => start_local(definition, Some(why)),
+        },
+    };
+    let source = match &running {
+        Running::Env(_) => "env",
+        #[cfg(feature = "containers")]
+        Running::Container(_) => "containers",
+        Running::Local(_) => "local",
+    };
+    if Fault::from_environment() == Some(Fault::KillBroker) && source != "containers" {
+        fatal(transport, &format!("CONFORMANCE_FAULT=kill-broker needs a broker from containers, not from {source}"));
+    }
+    announce(&format!(
+        "{transport}: broker from {source} ({detail}; ready in {:.1} s)",
+        started.elapsed().as_secs_f64()
+    ));
+    running
+}
+
+fn start_local(definition: &Definition, auto_declined: Option<String>) -> (Running, String) {
+    let process = (definition.local)();
+    let mut detail = format!("{} on 127.0.0.1:{}", process.name, process.port);
+    if let Some(why) = auto_declined {
+        detail.push_str(&format!("; auto did not use containers: {why}"));
+    }
+    (Running::Local(process), detail)
+}
+
+#[cfg(feature = "containers")]
+fn start_container(definition: &Definition) -> (Running, String) {
+    match (definition.container)(&definition.image) {
+        Ok(container) => {
+            let detail = format!(
+                "image {}, container {} on 127.0.0.1:{}",
+                definition.image,
+                container.short_id(),
+                container.port
+            );
+            (Running::Container(container), detail)
+        }
+        Err(error) => fatal(definition.transport, &error),
+    }
+}
+
+#[cfg(not(feature = "containers"))]
+fn start_container(definition: &Definition) -> (Running, String) {
+    fatal(
+        definition.transport,
+        &format!("{VARIABLE}=containers but providers was built without its feature `containers`; build with --features providers/containers, or choose env or local"),
+    )
+}
+
+#[cfg(feature = "containers")]
+fn containers_usable(definition: &Definition) -> Result<(), String> {
+    crate::containers::usable(&definition.image)
+}
+
+#[cfg(not(feature = "containers"))]
+fn containers_usable(_: &Definition) -> Result<(), String> {
+    Err("providers was built without feature `containers`".into())
+}
+
+/// Writes a line to stderr past libtest's output capture (which takes only `eprint!`), so the
+/// run shows it whichever test started the broker.
+pub fn announce(line: &str) {
+    let _ = writeln!(std::io::stderr(), "{line}");
+}
+
+/// Stops the test binary: without a broker no cell can be judged. `cargo xtask conformance` fails
+/// before the ledger is touched both when a binary ends without libtest's summary and when it
+/// sees this line (`error: <transport> broker: …`, [`FATAL_MARK`]): cells that failed for the
+/// broker's sake may finish while the process exits, and must never be recorded.
+pub fn fatal(transport: &str, message: &str) -> ! {
+    announce(&format!("error: {transport} {FATAL_MARK} {message}"));
+    std::process::exit(2)
+}
+
+/// What follows the transport in a [`fatal`] line; `xtask` matches `error: <transport> broker:`.
+pub const FATAL_MARK: &str = "broker:";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn choices_parse_and_a_bad_one_names_the_valid_choices() {
+        assert_eq!(Choice::parse(""), Ok(Choice::Auto));
+        assert_eq!(Choice::parse("containers"), Ok(Choice::Containers));
+        let error = Choice::parse("docker").unwrap_err();
+        assert_eq!(
+            error,
+            "CONFORMANCE_BROKERS=\"docker\" is not a broker source; valid choices: auto, env, containers, local"
+        );
+    }
+
+    #[test]
+    fn an_image_reference_splits_at_the_tag_not_at_a_registry_port() {
+        let image = ImageRef::parse("X", "mirror:5000/google/cloud-sdk:362.0.0-emulators").unwrap();
+        assert_eq!((image.name.as_str(), image.tag.as_str()), ("mirror:5000/google/cloud-sdk", "362.0.0-emulators"));
+        assert!(ImageRef::parse("X", "mirror:5000/google/cloud-sdk")
+            .unwrap_err()
+            .contains("X=\"mirror:5000/google/cloud-sdk\""));
+        assert!(ImageRef::parse("X", "cloud-sdk").is_err());
+    }
+}
