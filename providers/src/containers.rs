@@ -163,7 +163,8 @@ pub fn localstack(image: &ImageRef) -> Result<BrokerContainer, String> {
 ///    each through [`start`] so every container is removed at exit and watched; return the
 ///    proxy's container with its mapped gRPC port (the other two are watched too, so any of the
 ///    three dying stops the run);
-/// 3. in the provider, a `source::Definition` with `container: containers::rocketmq`.
+/// 3. in the provider (`providers/src/rocketmq.rs`), `container: Some(containers::rocketmq)` in its
+///    `source::Definition` (today `None`: auto declines containers and `containers` stops, naming it).
 ///
 /// `cargo xtask brokers images` is where a stand-in image would be built if the engine cannot pull.
 pub mod rocketmq {}

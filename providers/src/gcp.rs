@@ -41,7 +41,7 @@ fn definition() -> Definition {
         endpoint_variable: "PUBSUB_EMULATOR_HOST",
         image: ImageRef::from_environment("gcp", PUBSUB_IMAGE_VARIABLE, PUBSUB_IMAGE),
         #[cfg(feature = "containers")]
-        container: crate::containers::pubsub,
+        container: Some(crate::containers::pubsub),
         local: start_pstest,
     }
 }

@@ -1,8 +1,9 @@
 //! The RocketMQ configuration: `rocketmq` (pop consumption, a normal topic).
 //!
-//! The broker, once per test binary: the name server in `NAMESRV_ADDR` (RocketMQ's own variable),
-//! else a name server and broker in one local JVM, from the jars and launcher
-//! `cargo xtask brokers install rocketmq` puts under `.brokers/rocketmq`.
+//! The broker, once per test binary, from the source `source::start` picks: the name server in
+//! `NAMESRV_ADDR` (RocketMQ's own variable), or a name server and broker in one local JVM, from
+//! the jars and launcher `cargo xtask brokers install rocketmq` puts under `.brokers/rocketmq`.
+//! No container source yet: RocketMQ's image cannot be pulled here to prove one.
 
 use std::process::Command;
 use std::sync::{Arc, OnceLock};
@@ -15,6 +16,7 @@ use gateway::{Channel, Subscription};
 use crate::assertion::FullHeader;
 use crate::cell::{Cell, CellParts, CellSpec};
 use crate::local::{self, LocalProcess};
+use crate::source::{self, Definition, ImageRef, Running};
 use crate::Provider;
 
 /// The lease of a popped message in a cell: long enough for any handler here, short enough
@@ -23,7 +25,7 @@ pub const LEASE: Duration = Duration::from_secs(10);
 
 struct Broker {
     connection: RocketMqConnection,
-    _process: Option<LocalProcess>,
+    _running: Running,
 }
 
 /// A free loopback port `p` for the broker with `p + 1` (its HA port) free too.
@@ -36,7 +38,8 @@ fn free_broker_port() -> u16 {
     }
 }
 
-fn start_launcher() -> (LocalProcess, String) {
+/// The local broker; its process's port is the name server's, the address clients start from.
+fn start_launcher() -> LocalProcess {
     let install = local::install_dir("rocketmq");
     let (name_server_port, broker_port) = (local::free_loopback_port(), free_broker_port());
     let work = install.join("run").join(broker_port.to_string());
@@ -51,19 +54,33 @@ fn start_launcher() -> (LocalProcess, String) {
         .arg(&work)
         .arg(name_server_port.to_string())
         .arg(broker_port.to_string());
-    let process = local::start("rocketmq", "rocketmq", command, broker_port, "rocketmq ready", Duration::from_secs(90));
-    (process, format!("127.0.0.1:{name_server_port}"))
+    local::start("rocketmq", "rocketmq", command, name_server_port, "rocketmq ready", Duration::from_secs(90))
+}
+
+/// The image a container definition would pin (`containers::rocketmq` says how to add one).
+pub const ROCKETMQ_IMAGE: &str = "apache/rocketmq:5.3.3";
+pub const ROCKETMQ_IMAGE_VARIABLE: &str = "CONFORMANCE_ROCKETMQ_IMAGE";
+
+/// The RocketMQ broker in each source (chosen by `source::start`).
+fn definition() -> Definition {
+    Definition {
+        transport: "rocketmq",
+        endpoint_variable: "NAMESRV_ADDR",
+        image: ImageRef::from_environment("rocketmq", ROCKETMQ_IMAGE_VARIABLE, ROCKETMQ_IMAGE),
+        #[cfg(feature = "containers")]
+        container: None,
+        local: start_launcher,
+    }
 }
 
 fn broker() -> &'static Broker {
     static BROKER: OnceLock<Broker> = OnceLock::new();
     BROKER.get_or_init(|| {
-        let (name_server, process) = match std::env::var("NAMESRV_ADDR") {
-            Ok(address) => (address, None),
-            Err(_) => {
-                let (process, address) = start_launcher();
-                (address, Some(process))
-            }
+        let running = source::start(&definition());
+        let name_server = match (&running, running.loopback_address()) {
+            (Running::Env(address), _) => address.clone(),
+            (_, Some(address)) => address,
+            (_, None) => unreachable!("a started broker has a loopback address"),
         };
         // Connecting is async, and the caller may itself be on a runtime: block a plain thread.
         let connection = std::thread::spawn(move || {
@@ -72,7 +89,7 @@ fn broker() -> &'static Broker {
         .join()
         .expect("connecting to RocketMQ panicked")
         .unwrap_or_else(|e| panic!("{e}"));
-        Broker { connection, _process: process }
+        Broker { connection, _running: running }
     })
 }
 

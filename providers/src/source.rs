@@ -3,8 +3,8 @@
 //!
 //! `CONFORMANCE_BROKERS` (set by `cargo xtask conformance --brokers` and `cargo xtask test`, or by
 //! hand for plain `cargo test`) picks the source:
-//! - `env`: the endpoint in the transport's variable (`AWS_ENDPOINT_URL`, `PUBSUB_EMULATOR_HOST`);
-//!   the run stops when it is unset.
+//! - `env`: the endpoint in the transport's variable (`AWS_ENDPOINT_URL`, `PUBSUB_EMULATOR_HOST`,
+//!   `NAMESRV_ADDR`); the run stops when it is unset.
 //! - `containers`: the transport's image through testcontainers (feature `containers`), pulled by
 //!   the engine when missing; the run stops when no daemon answers or the container fails.
 //! - `local`: a local process installed by `cargo xtask brokers install <transport>`.
@@ -89,6 +89,10 @@ impl std::fmt::Display for ImageRef {
     }
 }
 
+/// Starts a transport's broker container from its image.
+#[cfg(feature = "containers")]
+pub type StartContainer = fn(&ImageRef) -> Result<crate::containers::BrokerContainer, String>;
+
 /// One transport's broker, in each of the three sources.
 pub struct Definition {
     pub transport: &'static str,
@@ -96,9 +100,10 @@ pub struct Definition {
     pub endpoint_variable: &'static str,
     /// The container image (pinned, overridable).
     pub image: ImageRef,
-    /// Starts the container; only built with feature `containers`.
+    /// Starts the container (`None`: the transport has no container definition); only built
+    /// with feature `containers`.
     #[cfg(feature = "containers")]
-    pub container: fn(&ImageRef) -> Result<crate::containers::BrokerContainer, String>,
+    pub container: Option<StartContainer>,
     /// Starts the local process.
     pub local: fn() -> LocalProcess,
 }
@@ -178,7 +183,16 @@ fn start_local(definition: &Definition, auto_declined: Option<String>) -> (Runni
 
 #[cfg(feature = "containers")]
 fn start_container(definition: &Definition) -> (Running, String) {
-    match (definition.container)(&definition.image) {
+    let Some(container) = definition.container else {
+        fatal(
+            definition.transport,
+            &format!(
+                "{VARIABLE}=containers but {} has no container definition; choose env or local",
+                definition.transport
+            ),
+        )
+    };
+    match container(&definition.image) {
         Ok(container) => {
             let detail = format!(
                 "image {}, container {} on 127.0.0.1:{}",
@@ -202,7 +216,10 @@ fn start_container(definition: &Definition) -> (Running, String) {
 
 #[cfg(feature = "containers")]
 fn containers_usable(definition: &Definition) -> Result<(), String> {
-    crate::containers::usable(&definition.image)
+    match definition.container {
+        Some(_) => crate::containers::usable(&definition.image),
+        None => Err(format!("{} has no container definition", definition.transport)),
+    }
 }
 
 #[cfg(not(feature = "containers"))]

@@ -41,7 +41,7 @@ fn definition() -> Definition {
         endpoint_variable: "AWS_ENDPOINT_URL",
         image: ImageRef::from_environment("sqs", LOCALSTACK_IMAGE_VARIABLE, LOCALSTACK_IMAGE),
         #[cfg(feature = "containers")]
-        container: crate::containers::localstack,
+        container: Some(crate::containers::localstack),
         local: start_moto,
     }
 }
