@@ -94,6 +94,7 @@ impl TopicAdmin for tokio::sync::Mutex<DefaultMQProducer> {
 #[derive(Clone)]
 pub struct RocketMqConnection {
     name_server: String,
+
     producer: Arc<dyn NativeSender>,
     admin: Arc<dyn TopicAdmin>,
 }
@@ -113,6 +114,20 @@ async fn started_producer(name_server: &str, group: String) -> Result<DefaultMQP
         .build();
     producer.start().await.map_err(|e| broker_error(name_server, "start producer", e))?;
     Ok(producer)
+}
+
+/// A started handle on the client instance for `name_server` (one per process and name server).
+async fn started_handle(name_server: &str) -> Result<Arc<ClientInstanceHandle>, ChannelError> {
+    let mut config = ClientConfig::default();
+    config.set_namesrv_addr(name_server.into());
+    let handle = ClientInstanceHandle::get_or_create(client_runtime(), CLIENT_DOMAIN, config, None)
+        .map_err(|e| broker_error(name_server, "create client", e))?;
+    let handle = Arc::new(handle);
+    let started = handle.clone();
+    on_gateway_runtime(async move { started.start().await })
+        .await
+        .map_err(|e| broker_error(name_server, "start client", e))?;
+    Ok(handle)
 }
 
 impl RocketMqConnection {
@@ -137,16 +152,7 @@ impl RocketMqConnection {
 
     /// A started handle on this connection's client instance.
     pub(super) async fn handle(&self) -> Result<Arc<ClientInstanceHandle>, ChannelError> {
-        let mut config = ClientConfig::default();
-        config.set_namesrv_addr(self.name_server.as_str().into());
-        let handle = ClientInstanceHandle::get_or_create(client_runtime(), CLIENT_DOMAIN, config, None)
-            .map_err(|e| broker_error(&self.name_server, "create client", e))?;
-        let handle = Arc::new(handle);
-        let started = handle.clone();
-        on_gateway_runtime(async move { started.start().await })
-            .await
-            .map_err(|e| broker_error(&self.name_server, "start client", e))?;
-        Ok(handle)
+        started_handle(&self.name_server).await
     }
 
     /// Creates `topic` with one queue, or updates it when it exists.
@@ -200,6 +206,10 @@ impl RocketMqConnection {
             }
         }
         let receiver = self.handle().await?;
+        // The instance drops connections to brokers no topic in its route table names (its
+        // periodic offline-broker cleanup, every 30 s): record this topic's route in it.
+        let (refresher, topic) = (receiver.clone(), common.routing_key.clone());
+        on_gateway_runtime(async move { refresher.refresh_topic_route(&topic.as_str().into()).await }).await;
         let broker = match self.broker_of(&receiver, &common.routing_key).await? {
             Some(broker) => broker,
             None => return Err(ChannelError::Missing { channel: common.name.clone() }),
