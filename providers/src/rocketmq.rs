@@ -28,11 +28,13 @@ struct Broker {
     _running: Running,
 }
 
-/// A free loopback port `p` for the broker with `p + 1` (its HA port) free too.
+/// A free loopback port `p` for the broker with `p - 2` (its fast channel) and `p + 1` (its HA
+/// port) free too.
 fn free_broker_port() -> u16 {
+    let free = |port: u16| std::net::TcpListener::bind(("127.0.0.1", port)).is_ok();
     loop {
         let port = local::free_loopback_port();
-        if port < u16::MAX && std::net::TcpListener::bind(("127.0.0.1", port + 1)).is_ok() {
+        if port > 2 && port < u16::MAX && free(port - 2) && free(port + 1) {
             return port;
         }
     }
