@@ -47,7 +47,8 @@ fn start_launcher() -> LocalProcess {
     let work = install.join("run").join(broker_port.to_string());
     let mut command = Command::new("java");
     command
-        .args(["-Xms128m", "-Xmx512m", "-XX:MaxDirectMemorySize=256m", "-XX:+UseSerialGC"])
+        // Direct memory: the broker's per-thread store buffers (see the launcher) and Netty's.
+        .args(["-Xms128m", "-Xmx512m", "-XX:MaxDirectMemorySize=384m", "-XX:+UseSerialGC"])
         // RocketMQ logs under the user's home: keep them in the run's folder.
         .arg(format!("-Duser.home={}", work.display()))
         .arg("-cp")
