@@ -94,7 +94,6 @@ impl TopicAdmin for tokio::sync::Mutex<DefaultMQProducer> {
 #[derive(Clone)]
 pub struct RocketMqConnection {
     name_server: String,
-
     producer: Arc<dyn NativeSender>,
     admin: Arc<dyn TopicAdmin>,
 }
@@ -206,10 +205,6 @@ impl RocketMqConnection {
             }
         }
         let receiver = self.handle().await?;
-        // The instance drops connections to brokers no topic in its route table names (its
-        // periodic offline-broker cleanup, every 30 s): record this topic's route in it.
-        let (refresher, topic) = (receiver.clone(), common.routing_key.clone());
-        on_gateway_runtime(async move { refresher.refresh_topic_route(&topic.as_str().into()).await }).await;
         let broker = match self.broker_of(&receiver, &common.routing_key).await? {
             Some(broker) => broker,
             None => return Err(ChannelError::Missing { channel: common.name.clone() }),
