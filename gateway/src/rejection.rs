@@ -4,6 +4,7 @@
 use std::fmt;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use crate::channel::ChannelError;
 use crate::message::{BagValue, Message};
 use crate::subscription::Subscription;
 
@@ -102,6 +103,32 @@ pub fn route<'a>(rejection: Option<&Rejection>, subscription: &'a Subscription) 
         (true, Some(key), _) => RejectionRoute::Invalid(key),
         (_, _, Some(key)) => RejectionRoute::DeadLetter(key),
         _ => RejectionRoute::Nowhere,
+    }
+}
+
+/// Sends the stamped copy of a rejected message to its destination with `publish(destination,
+/// copy)`, every transport's reject. `Ok(true)`: routed. `Ok(false)`: no destination configured;
+/// logged, and the caller acknowledges the original. `Err`: the publish failed; the caller
+/// releases the original, never acknowledging what was not routed.
+pub async fn forward<'s>(
+    subscription: &'s Subscription,
+    message: &Message,
+    rejection: Option<&Rejection>,
+    publish: impl AsyncFnOnce(&'s str, Message) -> Result<(), ChannelError>,
+) -> Result<bool, ChannelError> {
+    match route(rejection, subscription) {
+        RejectionRoute::DeadLetter(destination) | RejectionRoute::Invalid(destination) => {
+            publish(destination, stamp(message, rejection)).await?;
+            Ok(true)
+        }
+        RejectionRoute::Nowhere => {
+            tracing::warn!(
+                channel = %subscription.name,
+                message_id = message.id(),
+                "rejected with no dead-letter or invalid-message destination; acknowledged"
+            );
+            Ok(false)
+        }
     }
 }
 

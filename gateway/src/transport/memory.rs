@@ -12,7 +12,7 @@ use tokio::sync::Notify;
 
 use crate::channel::{Channel, ChannelError, Producer};
 use crate::message::Message;
-use crate::rejection::{self, Rejection, RejectionRoute};
+use crate::rejection::{self, Rejection};
 use crate::subscription::{MakeChannels, Subscription};
 
 #[derive(Debug, Default)]
@@ -171,19 +171,11 @@ impl Channel for MemoryChannel {
 
     async fn reject(&self, message: &Message, rejection: Option<&Rejection>) -> Result<bool, ChannelError> {
         self.broker.settle(self.name(), message, "reject")?;
-        let destination = match rejection::route(rejection, &self.subscription) {
-            RejectionRoute::DeadLetter(key) | RejectionRoute::Invalid(key) => key,
-            RejectionRoute::Nowhere => {
-                tracing::warn!(
-                    channel = self.name(),
-                    message_id = message.id(),
-                    "rejected with no dead-letter or invalid-message channel; acknowledged"
-                );
-                return Ok(false);
-            }
+        let publish = async |channel: &str, copy: Message| {
+            self.broker.publish(channel, copy, Duration::ZERO);
+            Ok(())
         };
-        self.broker.publish(destination, rejection::stamp(message, rejection), Duration::ZERO);
-        Ok(true)
+        rejection::forward(&self.subscription, message, rejection, publish).await
     }
 
     async fn requeue(&self, message: &Message, delay: Duration) -> Result<(), ChannelError> {

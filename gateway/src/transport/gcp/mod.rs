@@ -40,24 +40,3 @@ fn broker_error(channel: &str, operation: &'static str, error: impl std::fmt::Di
 fn whole_seconds(delay: std::time::Duration) -> u64 {
     delay.as_secs() + u64::from(delay.subsec_nanos() > 0)
 }
-
-/// Publishes the stamped copy of a rejected message to its destination topic. `Ok(false)`: no
-/// destination (the caller acks and logs); `Err`: the publish failed (the caller releases).
-async fn publish_rejected_copy(
-    router: &GcpProducer,
-    subscription: &crate::subscription::Subscription,
-    message: &crate::message::Message,
-    rejection: Option<&crate::rejection::Rejection>,
-) -> Result<bool, ChannelError> {
-    use crate::rejection::{self, RejectionRoute};
-    match rejection::route(rejection, subscription) {
-        RejectionRoute::DeadLetter(topic) | RejectionRoute::Invalid(topic) => {
-            router.publish_to(topic, &rejection::stamp(message, rejection)).await?;
-            Ok(true)
-        }
-        RejectionRoute::Nowhere => {
-            tracing::warn!(subscription = %subscription.name, message_id = message.id(), "rejected with no dead-letter or invalid-message topic; acknowledged");
-            Ok(false)
-        }
-    }
-}

@@ -8,11 +8,11 @@ use tonic::transport::Channel as GrpcChannel;
 use super::connection::GcpConnection;
 use super::pb::{self, subscriber_client::SubscriberClient};
 use super::producer::GcpProducer;
-use super::{broker_error, publish_rejected_copy, whole_seconds, MAX_ACK_DEADLINE_SECONDS};
+use super::{broker_error, whole_seconds, MAX_ACK_DEADLINE_SECONDS};
 use crate::blocking::on_gateway_runtime;
 use crate::channel::{Channel, ChannelError};
 use crate::message::Message;
-use crate::rejection::Rejection;
+use crate::rejection::{self, Rejection};
 use crate::subscription::Subscription;
 use crate::transport::attributes::{self, MalformedMessage};
 
@@ -151,7 +151,8 @@ impl Channel for PullChannel {
     }
 
     async fn reject(&self, message: &Message, rejection: Option<&Rejection>) -> Result<bool, ChannelError> {
-        match publish_rejected_copy(&self.router, &self.subscription, message, rejection).await {
+        let publish = async |topic: &str, copy: Message| self.router.publish_to(topic, &copy).await;
+        match rejection::forward(&self.subscription, message, rejection, publish).await {
             Ok(routed) => {
                 self.ack(message, "reject").await?;
                 Ok(routed)

@@ -13,10 +13,9 @@ use tokio::sync::mpsc;
 
 use super::connection::GcpConnection;
 use super::producer::GcpProducer;
-use super::publish_rejected_copy;
 use crate::channel::{Channel, ChannelError};
 use crate::message::Message;
-use crate::rejection::Rejection;
+use crate::rejection::{self, Rejection};
 use crate::subscription::Subscription;
 use crate::transport::attributes::{self, MalformedMessage};
 
@@ -182,7 +181,8 @@ impl Channel for StreamChannel {
 
     async fn reject(&self, message: &Message, rejection: Option<&Rejection>) -> Result<bool, ChannelError> {
         let handler = self.take(message, "reject")?;
-        match publish_rejected_copy(&self.router, &self.subscription, message, rejection).await {
+        let publish = async |topic: &str, copy: Message| self.router.publish_to(topic, &copy).await;
+        match rejection::forward(&self.subscription, message, rejection, publish).await {
             Ok(routed) => {
                 handler.ack();
                 Ok(routed)

@@ -21,7 +21,7 @@ use super::{broker_error, MAX_INVISIBLE};
 use crate::blocking::on_gateway_runtime;
 use crate::channel::{Channel, ChannelError};
 use crate::message::Message;
-use crate::rejection::{self, Rejection, RejectionRoute};
+use crate::rejection::{self, Rejection};
 use crate::subscription::Subscription;
 use crate::transport::attributes::{self, MalformedMessage};
 
@@ -232,27 +232,18 @@ impl Channel for RocketMqChannel {
     }
 
     async fn reject(&self, message: &Message, rejection: Option<&Rejection>) -> Result<bool, ChannelError> {
-        let routed = match rejection::route(rejection, &self.subscription) {
-            RejectionRoute::DeadLetter(topic) | RejectionRoute::Invalid(topic) => {
-                let copy = rejection::stamp(message, rejection);
-                if let Err(error) = self.router.publish_to(topic, &copy, Duration::ZERO).await {
-                    // Never acknowledge what was not routed: release it for another attempt.
-                    self.make_invisible(message, Duration::ZERO, "release after a failed reject").await;
-                    return Err(error);
-                }
-                true
+        let publish = async |topic: &str, copy: Message| self.router.publish_to(topic, &copy, Duration::ZERO).await;
+        match rejection::forward(&self.subscription, message, rejection, publish).await {
+            Ok(routed) => {
+                self.settle(message, Settle::Acknowledge, "reject").await?;
+                Ok(routed)
             }
-            RejectionRoute::Nowhere => {
-                tracing::warn!(
-                    channel = self.name(),
-                    message_id = message.id(),
-                    "rejected with no dead-letter or invalid-message topic; acknowledged"
-                );
-                false
+            Err(error) => {
+                // Never acknowledge what was not routed: release it for another attempt.
+                self.make_invisible(message, Duration::ZERO, "release after a failed reject").await;
+                Err(error)
             }
-        };
-        self.settle(message, Settle::Acknowledge, "reject").await?;
-        Ok(routed)
+        }
     }
 
     /// The invisible time becomes the delay (at most 12 h): redelivered no sooner.

@@ -9,7 +9,7 @@ use super::producer::send_to_queue;
 use super::{broker_error, on_gateway_runtime, read_sns_envelope, MAX_VISIBILITY_TIMEOUT_SECONDS, MAX_WAIT_SECONDS};
 use crate::channel::{Channel, ChannelError};
 use crate::message::Message;
-use crate::rejection::{self, Rejection, RejectionRoute};
+use crate::rejection::{self, Rejection};
 use crate::subscription::Subscription;
 use crate::transport::attributes::{self, MalformedMessage};
 
@@ -55,6 +55,18 @@ impl SqsChannel {
     /// The broker message as a `Message`; the handled count through the delivery-count rule.
     pub fn read(&self, message: &SqsMessage) -> Result<Message, MalformedMessage> {
         read_sqs_message(message, self.envelope)
+    }
+
+    /// The URL resolved at creation for the dead-letter or invalid-message queue named `queue`.
+    fn destination_url(&self, queue: &str) -> Option<&str> {
+        let subscription = &self.subscription;
+        [
+            (&subscription.dead_letter_routing_key, &self.dead_letter_url),
+            (&subscription.invalid_message_routing_key, &self.invalid_url),
+        ]
+        .into_iter()
+        .find(|(name, _)| name.as_deref() == Some(queue))
+        .and_then(|(_, url)| url.as_deref())
     }
 
     async fn receive_batch(&self, wait_seconds: i32) -> Result<Vec<SqsMessage>, ChannelError> {
@@ -149,24 +161,14 @@ impl Channel for SqsChannel {
     }
 
     async fn reject(&self, message: &Message, rejection: Option<&Rejection>) -> Result<bool, ChannelError> {
-        let destination = match rejection::route(rejection, &self.subscription) {
-            RejectionRoute::DeadLetter(_) => self.dead_letter_url.as_deref(),
-            RejectionRoute::Invalid(_) => self.invalid_url.as_deref(),
-            RejectionRoute::Nowhere => None,
+        let publish = async |queue: &str, copy: Message| {
+            let url = self.destination_url(queue).ok_or_else(|| ChannelError::Missing { channel: queue.to_owned() })?;
+            send_to_queue(&self.client, url, &copy, 0, self.fifo).await.map_err(|e| broker_error(url, "reject", &*e))
         };
-        let Some(url) = destination else {
-            tracing::warn!(
-                channel = self.name(),
-                message_id = message.id(),
-                "rejected with no dead-letter or invalid-message queue; deleted"
-            );
-            self.delete(message, "reject").await?;
-            return Ok(false);
-        };
-        let copy = rejection::stamp(message, rejection);
-        send_to_queue(&self.client, url, &copy, 0, self.fifo).await.map_err(|e| broker_error(url, "reject", &*e))?;
+        // A failed send leaves the message undeleted: it comes back when its visibility lapses.
+        let routed = rejection::forward(&self.subscription, message, rejection, publish).await?;
         self.delete(message, "reject").await?;
-        Ok(true)
+        Ok(routed)
     }
 
     async fn requeue(&self, message: &Message, delay: Duration) -> Result<(), ChannelError> {
