@@ -6,6 +6,8 @@ pub mod attributes;
 #[cfg(feature = "gcp")]
 pub mod gcp;
 pub mod memory;
+#[cfg(any(feature = "gcp", feature = "rocketmq"))]
+mod receive_loop;
 #[cfg(feature = "rocketmq")]
 pub mod rocketmq;
 #[cfg(feature = "sqs")]

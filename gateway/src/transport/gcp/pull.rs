@@ -1,6 +1,6 @@
 //! The pull consumer: unary Pull, ModifyAckDeadline and Acknowledge through the tonic client.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use tonic::transport::Channel as GrpcChannel;
@@ -15,6 +15,7 @@ use crate::message::Message;
 use crate::rejection::{self, Rejection};
 use crate::subscription::Subscription;
 use crate::transport::attributes::{self, MalformedMessage};
+use crate::transport::receive_loop::receive_readable;
 
 /// How long an empty pull waits before looking again.
 const EMPTY_PULL_PAUSE: Duration = Duration::from_millis(100);
@@ -129,21 +130,9 @@ impl Channel for PullChannel {
     }
 
     async fn receive(&self, timeout: Duration) -> Result<Option<Message>, ChannelError> {
-        let started = Instant::now();
-        loop {
-            let remaining = timeout.saturating_sub(started.elapsed());
-            if let Some(received) = self.pull_one(remaining).await? {
-                match read_received_message(&received) {
-                    Ok(message) => return Ok(Some(message)),
-                    Err(problem) => self.route_unreadable(received, problem).await?,
-                }
-                continue;
-            }
-            if started.elapsed() >= timeout {
-                return Ok(None);
-            }
-            tokio::time::sleep(EMPTY_PULL_PAUSE.min(timeout.saturating_sub(started.elapsed()))).await;
-        }
+        let pull = |wait| self.pull_one(wait);
+        let route = |received, problem| self.route_unreadable(received, problem);
+        receive_readable(timeout, EMPTY_PULL_PAUSE, pull, read_received_message, route).await
     }
 
     async fn acknowledge(&self, message: &Message) -> Result<(), ChannelError> {

@@ -1,7 +1,7 @@
 //! The pop consumer: pop, ack and change-invisible through the client's instance handles.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use cheetah_string::CheetahString;
@@ -24,6 +24,7 @@ use crate::message::Message;
 use crate::rejection::{self, Rejection};
 use crate::subscription::Subscription;
 use crate::transport::attributes::{self, MalformedMessage};
+use crate::transport::receive_loop::receive_readable;
 
 /// The longest a single pop waits. A waiting pop is not woken by a message coming back from the
 /// retry topic (measured: it arrives when the poll ends), so polls stay short.
@@ -211,20 +212,10 @@ impl Channel for RocketMqChannel {
     }
 
     async fn receive(&self, timeout: Duration) -> Result<Option<Message>, ChannelError> {
-        let started = Instant::now();
-        loop {
-            let remaining = timeout.saturating_sub(started.elapsed());
-            if let Some(popped) = self.pop_one(remaining).await? {
-                match read_popped_message(&popped) {
-                    Ok(message) => return Ok(Some(message)),
-                    Err(problem) => self.route_unreadable(popped, problem).await?,
-                }
-                continue;
-            }
-            if started.elapsed() >= timeout {
-                return Ok(None);
-            }
-        }
+        // No pause after an empty pop: the pop itself long-polls.
+        let pop = |wait| self.pop_one(wait);
+        let route = |popped, problem| self.route_unreadable(popped, problem);
+        receive_readable(timeout, Duration::ZERO, pop, read_popped_message, route).await
     }
 
     async fn acknowledge(&self, message: &Message) -> Result<(), ChannelError> {
