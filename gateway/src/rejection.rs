@@ -167,6 +167,56 @@ mod tests {
         assert_eq!(copy.header.bag[keys::REJECTION_MESSAGE], BagValue::from("budget spent"));
     }
 
+    /// Runs `forward` and returns its result with what `publish` was given.
+    fn forwarded(
+        subscription: &Subscription,
+        message: &Message,
+        rejection: Option<&Rejection>,
+        fails: bool,
+    ) -> (Result<bool, ChannelError>, Vec<(String, Message)>) {
+        let published = std::sync::Mutex::new(Vec::new());
+        let publish = async |destination: &str, copy: Message| {
+            published.lock().unwrap().push((destination.to_owned(), copy));
+            if fails {
+                return Err(ChannelError::Missing { channel: destination.to_owned() });
+            }
+            Ok(())
+        };
+        let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        let result = runtime.block_on(forward(subscription, message, rejection, publish));
+        (result, published.into_inner().unwrap())
+    }
+
+    #[test]
+    fn forward_publishes_the_stamped_copy_to_the_route() {
+        let mut message = Message::new("orders", MessageType::Command, "body");
+        message.header.handled_count = 2;
+        let unacceptable = Rejection::unacceptable("cannot map");
+        let (result, published) =
+            forwarded(&subscription(Some("dlq"), Some("invalid")), &message, Some(&unacceptable), false);
+        assert!(result.unwrap());
+        let [(destination, copy)] = published.as_slice() else { panic!("one publish expected: {published:?}") };
+        assert_eq!(destination, "invalid");
+        assert_eq!(copy.header.handled_count, 2);
+        assert_eq!(copy.header.bag[keys::REJECTION_REASON], BagValue::from("Unacceptable"));
+    }
+
+    #[test]
+    fn forward_without_a_destination_publishes_nothing_and_says_so() {
+        let message = Message::new("orders", MessageType::Command, "body");
+        let (result, published) = forwarded(&subscription(None, None), &message, None, false);
+        assert!(!result.unwrap());
+        assert!(published.is_empty());
+    }
+
+    #[test]
+    fn forward_passes_a_failed_publish_back_to_the_caller() {
+        let message = Message::new("orders", MessageType::Command, "body");
+        let (result, published) = forwarded(&subscription(Some("dlq"), None), &message, None, true);
+        assert!(matches!(result, Err(ChannelError::Missing { channel }) if channel == "dlq"));
+        assert_eq!(published.len(), 1);
+    }
+
     #[test]
     fn routes_follow_the_reason_with_fallbacks() {
         let both = subscription(Some("dlq"), Some("invalid"));

@@ -44,3 +44,46 @@ where
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::cell::RefCell;
+
+    use super::*;
+    use crate::message::MessageType;
+
+    /// A broker that serves `fetched` in order (`None`: an empty fetch), then nothing.
+    fn receive(fetched: Vec<Option<&'static str>>, timeout: Duration) -> (Option<Message>, Vec<String>) {
+        let queue = RefCell::new(fetched.into_iter());
+        let routed = RefCell::new(Vec::new());
+        let fetch = |_wait: Duration| {
+            let next = queue.borrow_mut().next().flatten();
+            async move { Ok(next) }
+        };
+        let read = |body: &&str| match *body {
+            "unreadable" => Err(MalformedMessage { detail: "no header".into() }),
+            body => Ok(Message::new("orders", MessageType::Event, body)),
+        };
+        let route = |body: &str, _problem| {
+            routed.borrow_mut().push(body.to_owned());
+            async { Ok(()) }
+        };
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
+        let received = runtime.block_on(receive_readable(timeout, Duration::from_millis(5), fetch, read, route));
+        (received.unwrap(), routed.into_inner())
+    }
+
+    #[test]
+    fn an_unreadable_message_is_routed_and_the_next_readable_one_returned() {
+        let (received, routed) = receive(vec![None, Some("unreadable"), Some("ok")], Duration::from_secs(5));
+        assert_eq!(received.map(|m| m.body.bytes), Some(b"ok".to_vec()));
+        assert_eq!(routed, ["unreadable"]);
+    }
+
+    #[test]
+    fn nothing_readable_within_the_timeout_is_none() {
+        let (received, routed) = receive(vec![Some("unreadable")], Duration::from_millis(30));
+        assert!(received.is_none());
+        assert_eq!(routed, ["unreadable"]);
+    }
+}
