@@ -3,7 +3,8 @@
 //
 // Usage: java -cp "lib/*:classes" Launcher <work dir> <name server port> <broker port>
 // Prints `rocketmq ready ...` on stdout once both serve, then stops when stdin closes, deleting
-// its store, so the broker never outlives the test binary that started it. Topics are created by the clients (the transport's
+// its store (after copying the errors of its pop and store logs to stderr), so the broker never
+// outlives the test binary that started it. Topics are created by the clients (the transport's
 // make-channels), through the broker's TBW102 template topic.
 
 import java.io.FileWriter;
@@ -11,6 +12,7 @@ import java.io.IOException;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.Comparator;
+import java.util.List;
 import java.util.Properties;
 
 import org.apache.rocketmq.broker.BrokerController;
@@ -88,10 +90,38 @@ public class Launcher {
         while (System.in.read() != -1) {
             // Input is ignored: only its end matters.
         }
+        reportErrors(Path.of(System.getProperty("user.home"), "logs", "rocketmqlogs"));
         // No orderly shutdown: the store is deleted anyway, and the broker's own shutdown takes
         // 10-40 s, during which the test binary's inherited stderr stays open and its run with it.
         deleteRecursively(work);
         Runtime.getRuntime().halt(0);
+    }
+
+    // The logs go with the run folder, and a failing cell's cause with them (a pop the broker
+    // never answered showed only in pop.log). The pop and store logs are quiet in a healthy run,
+    // so their errors are copied to stderr, where the test binary's output shows them.
+    private static void reportErrors(Path logs) throws IOException {
+        for (String name : List.of("pop.log", "store.log")) {
+            Path log = logs.resolve(name);
+            if (!Files.exists(log)) {
+                continue;
+            }
+            List<String> lines = Files.readAllLines(log);
+            int errors = 0;
+            for (int i = 0; i < lines.size(); i++) {
+                if (!lines.get(i).contains(" ERROR ") || ++errors > 3) {
+                    continue;
+                }
+                System.err.println("rocketmq broker " + name + ": " + lines.get(i));
+                // The exception, when there is one, heads the next line (its stack frames follow).
+                if (i + 1 < lines.size() && !lines.get(i + 1).matches("^\\d{4}-.*")) {
+                    System.err.println("rocketmq broker " + name + ":   " + lines.get(i + 1));
+                }
+            }
+            if (errors > 3) {
+                System.err.println("rocketmq broker " + name + ": ... " + (errors - 3) + " more errors");
+            }
+        }
     }
 
     // The store belongs to one test binary's run: nothing in it is wanted afterwards.
