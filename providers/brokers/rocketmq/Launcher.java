@@ -90,11 +90,17 @@ public class Launcher {
         while (System.in.read() != -1) {
             // Input is ignored: only its end matters.
         }
-        reportErrors(Path.of(System.getProperty("user.home"), "logs", "rocketmqlogs"));
         // No orderly shutdown: the store is deleted anyway, and the broker's own shutdown takes
         // 10-40 s, during which the test binary's inherited stderr stays open and its run with it.
-        deleteRecursively(work);
-        Runtime.getRuntime().halt(0);
+        // The halt comes whatever happens before it: the broker's threads would keep the JVM up.
+        try {
+            reportErrors(Path.of(System.getProperty("user.home"), "logs", "rocketmqlogs"));
+            deleteRecursively(work);
+        } catch (IOException | RuntimeException e) {
+            System.err.println("rocketmq launcher: cleaning up " + work + " failed: " + e);
+        } finally {
+            Runtime.getRuntime().halt(0);
+        }
     }
 
     // The logs go with the run folder, and a failing cell's cause with them (a pop the broker
