@@ -40,6 +40,88 @@ pub struct ConfigurationEntry {
     pub feature: String,
     /// The function in `providers` that returns this configuration's provider.
     pub provider: String,
+    /// What the delivery counter of this configuration is, as measured (the seed's AC-34 table).
+    pub counter: CounterKind,
+    /// The soonest a delivered, unsettled message can come back by itself (the cells' lease:
+    /// visibility timeout, ack deadline, invisible time), in ms. Absent: nothing is held in flight
+    /// (a republishing transport), so nothing ever lapses.
+    #[serde(default)]
+    pub lease_ms: Option<u64>,
+    /// The latest an unsettled message comes back by itself, where it differs from `lease_ms`
+    /// (a streaming client that extends leases for a while), in ms.
+    #[serde(default)]
+    pub latest_lapse_ms: Option<u64>,
+    /// The slowest measured time from a nack or a zero-delay requeue to the redelivery's arrival
+    /// through a cell, in ms (BENCHMARKS.md, "Redelivery latency").
+    pub redelivery_ms: u64,
+}
+
+/// How a configuration's handled count grows across redeliveries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CounterKind {
+    /// The broker counts every delivery, first = 1: the budget fires on delivery R exactly.
+    Exact,
+    /// The broker counts at least every delivery (b(n) >= n): the budget fires on or before R.
+    Approximate,
+    /// No broker counter: the transport carries the count the channel was given in the message.
+    Republished,
+}
+
+impl CounterKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            CounterKind::Exact => "exact",
+            CounterKind::Approximate => "approximate",
+            CounterKind::Republished => "republished",
+        }
+    }
+}
+
+/// The time bounds a configuration's cells assert, derived from its manifest entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct Bounds {
+    /// A zero-delay requeue or a nack must be redelivered within this of the call.
+    pub at_once_ms: u64,
+    /// A settled source must stay empty this long: past the latest lapse, plus a redelivery.
+    pub settle_ms: u64,
+    /// FR-2's requeue delay; its redelivery must arrive within `delay_ms + at_once_ms`.
+    pub delay_ms: u64,
+}
+
+/// The measured latency is multiplied by this and padded by `LOAD_MARGIN_MS`: a loaded 2-core
+/// machine (a whole matrix building beside the run) was measured at up to twice the idle figure.
+pub const LATENCY_FACTOR: u64 = 2;
+pub const LOAD_MARGIN_MS: u64 = 1_500;
+/// The most a cell's lease can have run before the test calls requeue or nack (the broker
+/// starts it before the client sees the message).
+pub const LEASE_SKEW_MS: u64 = 1_000;
+/// FR-2's requeue delay.
+pub const REQUEUE_DELAY_MS: u64 = 1_000;
+
+impl ConfigurationEntry {
+    /// The bounds of this configuration's cells. A lease too short to tell a requeue from a lapse
+    /// is an error: a cell whose "at once" reaches past the lease proves nothing.
+    pub fn bounds(&self) -> Result<Bounds, String> {
+        let at_once_ms = self.redelivery_ms * LATENCY_FACTOR + LOAD_MARGIN_MS;
+        let latest_lapse = self.latest_lapse_ms.or(self.lease_ms).unwrap_or(0);
+        let bounds = Bounds { at_once_ms, settle_ms: latest_lapse + at_once_ms, delay_ms: REQUEUE_DELAY_MS };
+        if let Some(lease) = self.lease_ms {
+            let slowest = REQUEUE_DELAY_MS + at_once_ms + LEASE_SKEW_MS;
+            if slowest > lease {
+                return Err(format!(
+                    "configuration {:?}: a requeue must be seen within {} ms (delay {REQUEUE_DELAY_MS} + at once \
+                     {at_once_ms} + skew {LEASE_SKEW_MS}), which does not fit in its lease_ms {lease}: a lapse would \
+                     pass for a requeue; lengthen the lease or measure redelivery_ms again",
+                    self.name, slowest
+                ));
+            }
+            if self.latest_lapse_ms.is_some_and(|latest| latest < lease) {
+                return Err(format!("configuration {:?}: latest_lapse_ms is below lease_ms {lease}", self.name));
+            }
+        }
+        Ok(bounds)
+    }
 }
 
 impl BehaviourEntry {
@@ -181,6 +263,9 @@ impl Manifest {
             check.identifier("transport", &configuration.transport, "transport")?;
             check.identifier("feature", &configuration.feature, "feature")?;
             check.identifier("provider", &configuration.provider, "provider")?;
+            if let Err(problem) = configuration.bounds() {
+                return Err(check.fail("name", &configuration.name, problem));
+            }
         }
         Ok(())
     }
@@ -240,6 +325,9 @@ configurations:
     transport: sqs
     feature: sqs
     provider: sqs_fifo
+    counter: exact
+    lease_ms: 5000
+    redelivery_ms: 500
 ";
 
     #[test]
@@ -289,8 +377,8 @@ configurations:
     fn a_bad_behaviour_id_and_a_duplicate_configuration_are_located() {
         let error = error_of(&VALID.replace("id: FR-2", "id: FR2"));
         assert!(error.starts_with("templates/manifest.yaml:3: "), "{error}");
-        let twice =
-            format!("{VALID}  - name: sqs-fifo\n    transport: sqs\n    feature: sqs\n    provider: sqs_fifo\n");
+        let entry = &VALID[VALID.find("  - name: sqs-fifo").unwrap()..];
+        let twice = format!("{VALID}{entry}");
         assert!(error_of(&twice).contains("name \"sqs-fifo\" appears twice"));
     }
 
@@ -301,5 +389,38 @@ configurations:
             error.starts_with("templates/manifest.yaml:7: behaviours[0]: unknown field `sumary`, expected one of"),
             "{error}"
         );
+    }
+
+    #[test]
+    fn an_unknown_counter_kind_names_the_choices() {
+        let error = error_of(&VALID.replace("counter: exact", "counter: precise"));
+        assert!(
+            error.contains("unknown variant `precise`, expected one of `exact`, `approximate`, `republished`"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn bounds_derive_from_the_measured_latency_and_the_lease() {
+        let manifest = parse(VALID).unwrap();
+        let bounds = manifest.configurations[0].bounds().unwrap();
+        assert_eq!(bounds, Bounds { at_once_ms: 2_500, settle_ms: 7_500, delay_ms: 1_000 });
+    }
+
+    #[test]
+    fn a_lease_too_short_to_tell_a_requeue_from_a_lapse_is_refused() {
+        let error = error_of(&VALID.replace("lease_ms: 5000", "lease_ms: 4000"));
+        assert!(
+            error.starts_with(
+                "templates/manifest.yaml:8: configuration \"sqs-fifo\": a requeue must be seen within 4500 ms"
+            ),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn without_a_lease_nothing_lapses_and_settlement_waits_one_redelivery() {
+        let manifest = parse(&VALID.replace("    lease_ms: 5000\n", "")).unwrap();
+        assert_eq!(manifest.configurations[0].bounds().unwrap().settle_ms, 2_500);
     }
 }

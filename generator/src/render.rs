@@ -142,6 +142,9 @@ fn test_context(
     context.insert("cell_fn", if proactor { "cell" } else { "blocking_cell" });
     context.insert("aw", if proactor { ".await" } else { "" });
     context.insert("ignore", &ignore_literal(ledger.get(&cell)));
+    context.insert("counter", configuration.counter.name());
+    context.insert("lease_ms", &configuration.lease_ms);
+    context.insert("bounds", &configuration.bounds().expect("validated at load"));
     debug_assert!(manifest.variants.iter().any(|v| v == variant));
     context
 }
