@@ -113,6 +113,22 @@ async fn poll_for(channel: &dyn Channel, id: &str, ceiling: Duration, mut guard:
     None
 }
 
+/// Receives on `channel` until `window` has passed; any arrival fails the test.
+async fn assert_empty(channel: &dyn Channel, window: Duration, what: &str) {
+    let deadline = Instant::now() + window;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return;
+        }
+        match channel.receive(left.min(POLL_INTERVAL)).await {
+            Ok(None) => {}
+            Ok(Some(message)) => panic!("{} {what} {} (watched for {window:?})", message.id(), channel.name()),
+            Err(error) => panic!("receive on {} failed: {error}", channel.name()),
+        }
+    }
+}
+
 impl From<CellParts> for Cell {
     fn from(parts: CellParts) -> Cell {
         Cell::new(parts)
@@ -199,13 +215,34 @@ impl Cell {
         self.rejected_copy(true, id, || {}).await
     }
 
+    /// The copy of `id` on the dead-letter channel, read twice: released (nack) after the first
+    /// read, so a broker-counted dead-letter channel counts a second delivery, then acknowledged.
+    pub async fn dead_letter_copy_twice(&self, id: &str) -> [Message; 2] {
+        let destination = self.destination(false);
+        let first = poll_for(destination, id, REJECTION_CEILING, || {})
+            .await
+            .unwrap_or_else(|| panic!("no copy of {id} reached {} within {REJECTION_CEILING:?}", destination.name()));
+        destination.nack(&first).await.expect("releasing the rejected copy");
+        let again = poll_for(destination, id, ARRIVAL_CEILING, || {})
+            .await
+            .unwrap_or_else(|| panic!("the released copy of {id} did not come back to {}", destination.name()));
+        destination.acknowledge(&again).await.expect("acknowledging the rejected copy");
+        [first, again]
+    }
+
     /// Nothing arrives on the cell's channel for `window`: its messages are settled.
     pub async fn assert_source_empty(&self, window: Duration) {
-        match self.parts.channel.receive(window).await {
-            Ok(None) => {}
-            Ok(Some(message)) => panic!("{} is still on {}", message.id(), self.parts.channel.name()),
-            Err(error) => panic!("receive on {} failed: {error}", self.parts.channel.name()),
-        }
+        assert_empty(&*self.parts.channel, window, "is still on").await
+    }
+
+    /// Nothing more arrives on the dead-letter channel for `window`: one copy was routed.
+    pub async fn assert_dead_letter_empty(&self, window: Duration) {
+        assert_empty(self.destination(false), window, "was routed a second time to").await
+    }
+
+    /// Nothing more arrives on the invalid-message channel for `window`: one copy was routed.
+    pub async fn assert_invalid_empty(&self, window: Duration) {
+        assert_empty(self.destination(true), window, "was routed a second time to").await
     }
 
     /// The transport's message assertion.
@@ -282,8 +319,20 @@ impl BlockingCell {
         block(self.cell.invalid_copy(id))
     }
 
+    pub fn dead_letter_copy_twice(&self, id: &str) -> [Message; 2] {
+        block(self.cell.dead_letter_copy_twice(id))
+    }
+
     pub fn assert_source_empty(&self, window: Duration) {
         block(self.cell.assert_source_empty(window))
+    }
+
+    pub fn assert_dead_letter_empty(&self, window: Duration) {
+        block(self.cell.assert_dead_letter_empty(window))
+    }
+
+    pub fn assert_invalid_empty(&self, window: Duration) {
+        block(self.cell.assert_invalid_empty(window))
     }
 
     pub fn assert_same(&self, sent: &Message, received: &Message) {

@@ -18,8 +18,12 @@ use crate::local::{self, LocalProcess};
 use crate::source::{self, Definition, ImageRef, Running};
 use crate::Provider;
 
-/// The DeadLetterPolicy's max_delivery_attempts (M) where a cell has a dead-letter topic.
+/// The DeadLetterPolicy's max_delivery_attempts (M) on every cell subscription.
 pub const NATIVE_REDRIVE_LIMIT: u32 = 5;
+/// A cell subscription's ack deadline, Pub/Sub's shortest; a streaming subscriber extends a held
+/// message's lease for this long at most (`max_lease`), so an unsettled message comes back within
+/// twice this (the manifest's `lease_ms` and `latest_lapse_ms`).
+pub const LEASE: Duration = Duration::from_secs(10);
 pub const PROJECT: &str = "conformance";
 
 struct Broker {
@@ -128,21 +132,36 @@ impl Provider for GcpConfiguration {
         if spec.invalid_channel {
             common = common.with_invalid_message(format!("{topic}-invalid"));
         }
-        let mut subscription = GcpSubscription::new(common.clone(), self.consumption);
+        // As the seed's environment: every subscription, the cell's and its destinations'
+        // readers, has a native DeadLetterPolicy "so delivery_attempt is populated on both
+        // sides": a redelivery is broker-counted and a dead-letter read exercises the
+        // discriminator. Without a dead-letter topic the policy's topic is the cell's own.
+        let counted = |common: Subscription, consumption| {
+            let mut subscription = GcpSubscription::new(common, consumption);
+            subscription.dead_letter_policy = Some(NATIVE_REDRIVE_LIMIT);
+            if subscription.subscription.dead_letter_routing_key.is_none() {
+                subscription.native_dead_letter_topic = Some(format!("{}-native-dlq", subscription.subscription.name));
+            }
+            subscription.ack_deadline = LEASE;
+            subscription.max_lease = Some(LEASE);
+            subscription
+        };
+        let mut subscription = counted(common.clone(), self.consumption);
         subscription.ordering = self.ordering;
-        // As ADR 0077's providers: a native policy exactly where a dead-letter topic is given.
-        subscription.dead_letter_policy = spec.dead_letter.then_some(NATIVE_REDRIVE_LIMIT);
         let channel = connection.channel(&subscription).await.unwrap_or_else(|e| panic!("creating {topic}: {e}"));
         let mut readers: Vec<Option<Arc<dyn Channel>>> = Vec::new();
         let mut subscriptions = vec![common.name.clone()];
         let mut topics = vec![topic.clone()];
+        topics.extend(subscription.native_dead_letter_topic.clone());
         for destination in [&common.dead_letter_routing_key, &common.invalid_message_routing_key] {
             readers.push(match destination {
                 Some(destination) => {
-                    let reader = format!("{destination}-reader");
-                    subscriptions.push(reader.clone());
+                    let reader =
+                        counted(Subscription::new(format!("{destination}-reader"), destination), Consumption::Pull);
+                    subscriptions.push(reader.subscription.name.clone());
                     topics.push(destination.clone());
-                    Some(connection.reader(destination, &reader).await.expect("reader"))
+                    topics.extend(reader.native_dead_letter_topic.clone());
+                    Some(connection.channel(&reader).await.expect("reader"))
                 }
                 None => None,
             });

@@ -18,6 +18,10 @@ use crate::local::{self, LocalProcess};
 use crate::source::{self, Definition, ImageRef, Running};
 use crate::Provider;
 
+/// A cell queue's visibility timeout: the soonest an unsettled message comes back by itself (the
+/// manifest's `lease_ms`), short so a cell can watch a settled source past it.
+pub const LEASE: Duration = Duration::from_secs(6);
+
 /// The native redrive limit M the provider sets where the cell has a budget (FR-23: R = 3, M = 5).
 pub const NATIVE_REDRIVE_LIMIT: u32 = 5;
 
@@ -131,6 +135,7 @@ impl Provider for SqsConfiguration {
         let mut subscription = SqsSubscription::new(common.clone());
         subscription.fifo = self.fifo;
         subscription.topic = self.sns.then(|| format!("{base}-topic{suffix}"));
+        subscription.visibility_timeout = LEASE;
         subscription.redrive_limit = (spec.dead_letter && spec.requeue_count > 0).then_some(NATIVE_REDRIVE_LIMIT);
         let channel = connection.channel(&subscription).await.unwrap_or_else(|e| panic!("creating {queue}: {e}"));
         let mut readers = Vec::new();

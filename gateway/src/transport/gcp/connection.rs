@@ -35,6 +35,10 @@ pub struct GcpSubscription {
     /// The DeadLetterPolicy's max_delivery_attempts (M), set on the dead-letter topic. Without a
     /// policy Pub/Sub reports no delivery attempt.
     pub dead_letter_policy: Option<u32>,
+    /// The DeadLetterPolicy's topic where the subscription routes no rejections itself (a
+    /// native-only redrive, which still makes Pub/Sub count delivery attempts). Default: the
+    /// dead-letter routing key.
+    pub native_dead_letter_topic: Option<String>,
     pub ack_deadline: Duration,
     /// Stream only: how long the subscriber keeps extending a held message's lease (the
     /// official client's default, 60 minutes, when `None`).
@@ -48,13 +52,18 @@ impl GcpSubscription {
             consumption,
             ordering: false,
             dead_letter_policy: None,
+            native_dead_letter_topic: None,
             ack_deadline: Duration::from_secs(10),
             max_lease: None,
         }
     }
 
     fn has_policy(&self) -> bool {
-        self.dead_letter_policy.is_some() && self.subscription.dead_letter_routing_key.is_some()
+        self.dead_letter_policy.is_some() && self.policy_topic().is_some()
+    }
+
+    fn policy_topic(&self) -> Option<&String> {
+        self.subscription.dead_letter_routing_key.as_ref().or(self.native_dead_letter_topic.as_ref())
     }
 }
 
@@ -136,7 +145,7 @@ impl GcpConnection {
 
     async fn create_subscription(&self, subscription: &GcpSubscription) -> Result<(), ChannelError> {
         let common = &subscription.subscription;
-        let dead_letter_policy = match (&common.dead_letter_routing_key, subscription.dead_letter_policy) {
+        let dead_letter_policy = match (subscription.policy_topic(), subscription.dead_letter_policy) {
             (Some(topic), Some(attempts)) => Some(pb::DeadLetterPolicy {
                 dead_letter_topic: self.topic_path(topic),
                 max_delivery_attempts: attempts as i32,
@@ -168,7 +177,11 @@ impl GcpConnection {
         let common = &subscription.subscription;
         match common.make_channels {
             MakeChannels::Create => {
-                let destinations = [&common.dead_letter_routing_key, &common.invalid_message_routing_key];
+                let destinations = [
+                    &common.dead_letter_routing_key,
+                    &common.invalid_message_routing_key,
+                    &subscription.native_dead_letter_topic,
+                ];
                 for topic in std::iter::once(&common.routing_key).chain(destinations.into_iter().flatten()) {
                     self.create_topic(topic).await?;
                 }

@@ -12,14 +12,20 @@ async fn always_deferring_handler_is_dead_lettered_within_the_budget() {
     use gateway::BagValue;
     use providers::AlwaysDefers;
     const R: i32 = 3;
+    // This configuration's bounds (templates/manifest.yaml): lease 10000 ms, counter exact.
+    #[allow(unused)]
+    const AT_ONCE: std::time::Duration = std::time::Duration::from_millis(4500);
+    #[allow(unused)]
+    const SETTLE: std::time::Duration = std::time::Duration::from_millis(14500);
+
     let cell =
         providers::rocketmq().cell(CellSpec::new("FR-23", Variant::Proactor).with_dead_letter().with_budget(R)).await;
     let sent = cell.message();
     cell.send(&sent).await;
     let handler = AlwaysDefers::default();
     let pump = Proactor::new(cell.channel(), cell.subscription().clone(), TextMapper, handler.clone()).start();
-    // A handler that always defers is rejected with DeliveryError after at most R dispatches
-    // (exactly R on an exact counter); fail as soon as it is dispatched more often.
+    // A handler that always defers is rejected with DeliveryError after exactly R dispatches (an exact or
+    // republished counter fires on delivery R); fail as soon as it is dispatched more often.
     let copy = cell
         .dead_letter_copy_while(sent.id(), || {
             let dispatches = handler.dispatches(sent.id());
@@ -30,18 +36,23 @@ async fn always_deferring_handler_is_dead_lettered_within_the_budget() {
         })
         .await;
     let dispatches = handler.dispatches(sent.id());
-    assert!((1..=R as u32).contains(&dispatches), "dispatched {dispatches} times, expected 1..={R}");
-    assert!(
-        copy.header.handled_count >= R as u32,
-        "the dead-letter copy presents handled count {}, below R = {R}",
-        copy.header.handled_count
+
+    assert_eq!(
+        dispatches, R as u32,
+        "dispatched {dispatches} times; the budget fires on delivery R = {R} (counter: exact)"
     );
+    assert_eq!(copy.header.handled_count, R as u32, "the dead-letter copy is stamped R = {R}");
+
     assert_eq!(copy.header.bag.get(keys::REJECTION_REASON), Some(&BagValue::from("DeliveryError")));
-    for key in [keys::REJECTION_MESSAGE, keys::ORIGINAL_TOPIC, keys::ORIGINAL_MESSAGE_TYPE] {
+    for key in keys::ALL {
         assert!(copy.header.bag.contains_key(key), "the dead-letter copy lacks {key}");
     }
+    // Exactly one copy is routed.
+    cell.assert_dead_letter_empty(AT_ONCE).await;
 
     let stats = pump.stop().await;
-    assert!(stats.rejected >= 1, "the pump rejected nothing: {stats:?}");
+    assert_eq!(stats.rejected, 1, "the pump rejected one message: {stats:?}");
+    // The source is settled: nothing comes back past the lease.
+    cell.assert_source_empty(SETTLE).await;
     cell.finish().await;
 }

@@ -10,6 +10,12 @@ use providers::{CellSpec, Provider, Variant};
 async fn send_with_delay_delivers_not_before_the_delay() {
     use std::time::{Duration, Instant};
     const DELAY: Duration = Duration::from_secs(2);
+    // This configuration's bounds (templates/manifest.yaml): lease 6000 ms, counter exact.
+    #[allow(unused)]
+    const AT_ONCE: std::time::Duration = std::time::Duration::from_millis(2900);
+    #[allow(unused)]
+    const SETTLE: std::time::Duration = std::time::Duration::from_millis(8900);
+
     let cell = providers::sqs_fifo().cell(CellSpec::new("FR-9", Variant::Proactor)).await;
     let sent = cell.message();
     let sent_at = Instant::now();
@@ -19,5 +25,6 @@ async fn send_with_delay_delivers_not_before_the_delay() {
     assert!(waited >= DELAY, "delivered after {waited:?}, before the send delay of {DELAY:?}");
     cell.assert_first_delivery(&sent, &received);
     cell.channel().acknowledge(&received).await.expect("acknowledge");
+    cell.assert_source_empty(SETTLE).await;
     cell.finish().await;
 }

@@ -8,16 +8,34 @@ use providers::{CellSpec, Provider, Variant};
 #[test]
 fn requeue_with_delay_redelivers_not_before_the_delay() {
     use std::time::{Duration, Instant};
-    const DELAY: Duration = Duration::from_secs(1);
+    // This configuration's bounds (templates/manifest.yaml): lease 6000 ms, counter exact.
+    #[allow(unused)]
+    const AT_ONCE: std::time::Duration = std::time::Duration::from_millis(2900);
+    #[allow(unused)]
+    const SETTLE: std::time::Duration = std::time::Duration::from_millis(8900);
+
+    const DELAY: Duration = Duration::from_millis(1000);
     let cell = providers::sqs_fifo().blocking_cell(CellSpec::new("FR-2", Variant::Reactor));
     let sent = cell.message();
     cell.send(&sent);
     let received = cell.receive(sent.id());
     cell.assert_first_delivery(&sent, &received);
 
+    // As a pump defers: the handled count grows by one before the requeue.
+    let mut deferred = received.clone();
+    deferred.header.handled_count += 1;
+    let given = deferred.header.handled_count;
+
     let requeued_at = Instant::now();
-    cell.channel().requeue(&received, DELAY).expect("requeue");
-    let mut redelivered = cell.receive(sent.id());
+    cell.channel().requeue(&deferred, DELAY).expect("requeue");
+    // Not before the delay, and within it plus "at once": before the lease could have lapsed.
+    let mut redelivered = cell.receive_within(sent.id(), DELAY + AT_ONCE).unwrap_or_else(|| {
+        panic!(
+            "{} was not redelivered within {:?} of a {DELAY:?} requeue, before its 6000 ms lease lapsed",
+            sent.id(),
+            DELAY + AT_ONCE
+        )
+    });
     let waited = requeued_at.elapsed();
     assert!(waited >= DELAY, "redelivered after {waited:?}, before the requeue delay of {DELAY:?}");
     // The relaxed oracle of ADR 0077 (R-1 vs R-23): a redelivery may present a larger handled
@@ -28,8 +46,14 @@ fn requeue_with_delay_redelivers_not_before_the_delay() {
         redelivered.header.handled_count,
         sent.header.handled_count
     );
+
+    // An exact broker counter presents the second delivery as 1, whatever the channel was given.
+    let _ = given;
+    assert_eq!(redelivered.header.handled_count, 1, "the second delivery on an exactly counting broker presents 1");
+
     redelivered.header.handled_count = sent.header.handled_count;
     cell.assert_same(&sent, &redelivered);
     cell.channel().acknowledge(&redelivered).expect("acknowledge");
+    cell.assert_source_empty(SETTLE);
     cell.finish();
 }
