@@ -75,15 +75,15 @@ impl Brokers {
     }
 
     /// Whether the local broker must be installed first.
-    fn may_use_local(self) -> bool {
+    pub(crate) fn may_use_local(self) -> bool {
         matches!(self, Brokers::Auto | Brokers::Local)
     }
 }
 
 /// One finished test of a generated binary.
-struct Finished {
-    name: String,
-    result: TestResult,
+pub(crate) struct Finished {
+    pub(crate) name: String,
+    pub(crate) result: TestResult,
     /// From the binary's start; every cell starts at once, so this is close to its own duration.
     elapsed: Duration,
 }
@@ -95,7 +95,7 @@ struct BinaryRun {
     wall: Duration,
 }
 
-fn cargo() -> Command {
+pub(crate) fn cargo() -> Command {
     Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
 }
 
@@ -124,7 +124,7 @@ fn build_test_binary(transport: &str, feature: &str, brokers: Brokers) -> Result
         .with_context(|| format!("cargo built no {transport} test executable"))
 }
 
-fn count_tests(executable: &Path) -> Result<usize> {
+pub(crate) fn count_tests(executable: &Path) -> Result<usize> {
     let output = Command::new(executable).args(["--list", "--include-ignored"]).output()?;
     Ok(String::from_utf8_lossy(&output.stdout).lines().filter(|line| line.ends_with(": test")).count())
 }
@@ -148,7 +148,9 @@ fn failure_sections(lines: &[String]) -> BTreeMap<String, String> {
     sections
 }
 
-fn run_binary(
+/// Runs one transport's test binary from `workspace`'s generated crate, every cell at once.
+pub(crate) fn run_binary(
+    workspace: &Path,
     transport: &str,
     brokers: Brokers,
     executable: &Path,
@@ -158,7 +160,7 @@ fn run_binary(
     let tests = count_tests(executable)?;
     let started = Instant::now();
     let mut child = Command::new(executable)
-        .current_dir(root().join(generator::GENERATED))
+        .current_dir(workspace.join(generator::GENERATED))
         .args(["--include-ignored", "--test-threads", &tests.clamp(1, 64).to_string()])
         .env(Brokers::VARIABLE, brokers.name())
         .stdout(Stdio::piped())
@@ -217,7 +219,7 @@ fn variant_result(results: &[&Finished], variant: &str) -> VariantResult {
     }
 }
 
-fn selected_transports<'m>(manifest: &'m Manifest, asked: &[String]) -> Result<Vec<(&'m str, &'m str)>> {
+pub(crate) fn selected_transports<'m>(manifest: &'m Manifest, asked: &[String]) -> Result<Vec<(&'m str, &'m str)>> {
     let known = manifest.transports();
     let asked: Vec<&str> = if asked.is_empty() { vec!["memory"] } else { asked.iter().map(String::as_str).collect() };
     asked
@@ -235,7 +237,7 @@ fn selected_transports<'m>(manifest: &'m Manifest, asked: &[String]) -> Result<V
         .collect()
 }
 
-fn git_commit() -> String {
+pub(crate) fn git_commit() -> String {
     Command::new("git")
         .current_dir(root())
         .args(["rev-parse", "--short", "HEAD"])
@@ -272,7 +274,7 @@ pub fn run(args: &Args) -> Result<()> {
     let total: usize = binaries.iter().map(|(_, exe, _)| count_tests(exe).unwrap_or(0)).sum();
     let (mut done, mut runs) = (0, Vec::new());
     for (transport, executable, configurations) in &binaries {
-        let (finished, failures, wall) = run_binary(transport, args.brokers, executable, &mut done, total)?;
+        let (finished, failures, wall) = run_binary(&root, transport, args.brokers, executable, &mut done, total)?;
         runs.push(BinaryRun { configurations: configurations.clone(), finished, failures, wall });
     }
 

@@ -4,6 +4,7 @@ mod brokers;
 mod conformance;
 mod ledger_tasks;
 mod libtest;
+mod mutants;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -33,6 +34,8 @@ enum Task {
     },
     /// Run the generated conformance cells (both pump variants) and record them in the ledger
     Conformance(conformance::Args),
+    /// Apply each catalogued contract defect to a scratch copy and check the cells catch it
+    Mutants(mutants::Args),
     /// Read, defer, render or audit ledger cells
     #[command(subcommand)]
     Ledger(ledger_tasks::LedgerTask),
@@ -90,6 +93,7 @@ fn main() -> ExitCode {
     let result = match cli.task {
         Task::Generate { check } => generate(check),
         Task::Conformance(args) => conformance::run(&args),
+        Task::Mutants(args) => mutants::run(&args),
         Task::Ledger(task) => ledger_tasks::run(task),
         Task::Brokers(task) => brokers::run(task),
         Task::Test { brokers } => test(brokers),

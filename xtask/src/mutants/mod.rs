@@ -1,0 +1,220 @@
+//! `cargo xtask mutants`: apply each catalogued contract defect, alone, to a scratch copy of the
+//! workspace, run the chosen transports' conformance cells against it, and check that every cell
+//! the catalogue names turns red. The healthy copy runs first: only a cell that passes healthy
+//! can count as a kill. The kill matrix goes to `ledger/mutants.tsv` and `ledger/MUTANTS.md`; a
+//! defect that survives where the catalogue gives no reason fails the run.
+
+mod catalogue;
+mod matrix;
+mod scratch;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use generator::Manifest;
+
+use crate::conformance::{self, Brokers};
+use crate::libtest::{self, TestResult};
+use crate::root;
+use catalogue::{Catalogue, Expectation};
+use matrix::{Outcome, Verdict};
+use scratch::Scratch;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// A transport to run the mutants on (repeatable; default: memory). Valid choices are the
+    /// manifest's transports
+    #[arg(long = "transport", value_name = "TRANSPORT")]
+    transports: Vec<String>,
+    /// Only this mutant (repeatable; default: every mutant of mutants/catalogue.yaml)
+    #[arg(long = "mutant", value_name = "ID")]
+    mutants: Vec<String>,
+    /// Where brokers come from (auto, env, containers, local), passed on as CONFORMANCE_BROKERS
+    #[arg(long, value_enum, value_name = "SOURCE", default_value_t = Brokers::Auto)]
+    brokers: Brokers,
+}
+
+/// (configuration, behaviour number) -> passed in both pump variants.
+type CellPasses = BTreeMap<(String, u32), bool>;
+
+struct Transport {
+    name: String,
+    feature: String,
+    configurations: Vec<String>,
+}
+
+/// Builds every selected transport's test binary in the scratch copy, in one cargo call.
+fn build(scratch: &Scratch, transports: &[&Transport], label: &str) -> Result<BTreeMap<String, PathBuf>> {
+    let features: Vec<&str> = transports.iter().map(|t| t.feature.as_str()).collect();
+    let output = conformance::cargo()
+        .current_dir(&scratch.root)
+        .env("CARGO_TARGET_DIR", root().join("target"))
+        .args(["test", "--package", "generated", "--no-default-features", "--features", &features.join(",")])
+        .args(["--tests", "--no-run", "--message-format=json-render-diagnostics"])
+        .stderr(Stdio::inherit())
+        .output()
+        .context("cannot run cargo")?;
+    if !output.status.success() {
+        bail!("{label}: the scratch workspace does not build ({}); a mutant must compile", output.status);
+    }
+    let mut executables = BTreeMap::new();
+    for line in String::from_utf8_lossy(&output.stdout).lines() {
+        let Ok(message) = serde_json::from_str::<serde_json::Value>(line) else { continue };
+        let name = message["target"]["name"].as_str().unwrap_or_default();
+        if let (true, Some(executable)) = (message["reason"] == "compiler-artifact", message["executable"].as_str()) {
+            executables.insert(name.to_owned(), PathBuf::from(executable));
+        }
+    }
+    Ok(executables)
+}
+
+/// Runs the transports' cells on the scratch copy as it is now.
+fn measure(
+    scratch: &Scratch,
+    transports: &[&Transport],
+    manifest: &Manifest,
+    brokers: Brokers,
+    label: &str,
+) -> Result<CellPasses> {
+    eprintln!(
+        "mutants: {label}: building {}",
+        transports.iter().map(|t| t.name.as_str()).collect::<Vec<_>>().join(", ")
+    );
+    let executables = build(scratch, transports, label)?;
+    let modules: BTreeMap<String, &str> =
+        manifest.configurations.iter().map(|c| (c.module(), c.name.as_str())).collect();
+    let mut passes = CellPasses::new();
+    for transport in transports {
+        let executable = executables
+            .get(&transport.name)
+            .with_context(|| format!("cargo built no {} test executable", transport.name))?;
+        let total = conformance::count_tests(executable)?;
+        let (finished, _, wall) =
+            conformance::run_binary(&scratch.root, &transport.name, brokers, executable, &mut 0, total)
+                .with_context(|| format!("{label}: the {} cells did not complete", transport.name))?;
+        eprintln!("mutants: {label}: {} ran in {:.1} s", transport.name, wall.as_secs_f64());
+        for test in &finished {
+            let Some((module, _, number)) = libtest::cell_of(&test.name) else { continue };
+            let Some(configuration) = modules.get(module) else { continue };
+            let passed = passes.entry((configuration.to_string(), number)).or_insert(true);
+            *passed &= test.result == TestResult::Ok;
+        }
+    }
+    Ok(passes)
+}
+
+fn outcome(expectation: Expectation, red: Vec<u32>, healthy: &BTreeSet<u32>, commit: &str) -> Option<Outcome> {
+    let (verdict, note) = match expectation {
+        Expectation::NotApplicable => return None,
+        Expectation::Survives(reason) => (Verdict::Excused, reason),
+        Expectation::Kills(expected) => {
+            let live: BTreeSet<u32> = expected.intersection(healthy).copied().collect();
+            let green: Vec<String> = live.iter().filter(|n| !red.contains(n)).map(|n| format!("FR-{n}")).collect();
+            if live.is_empty() {
+                (Verdict::Survived, "none of the expected cells passes on the healthy workspace".to_owned())
+            } else if green.is_empty() {
+                (Verdict::Killed, String::new())
+            } else {
+                (Verdict::Survived, format!("stayed green: {}", green.join(", ")))
+            }
+        }
+    };
+    Some(Outcome { verdict, red, note, commit: commit.to_owned() })
+}
+
+pub fn run(args: &Args) -> Result<()> {
+    let started = Instant::now();
+    let root = root();
+    let manifest = Manifest::load(&root.join(generator::MANIFEST), &root.join("templates"))?;
+    let catalogue = Catalogue::load(&root, &manifest)?;
+    let selected = catalogue.select(&args.mutants)?;
+    let all_transports: Vec<Transport> = manifest
+        .transports()
+        .into_iter()
+        .map(|(name, feature)| Transport {
+            name: name.to_owned(),
+            feature: feature.to_owned(),
+            configurations: manifest
+                .configurations
+                .iter()
+                .filter(|c| c.transport == name)
+                .map(|c| c.name.clone())
+                .collect(),
+        })
+        .collect();
+    let chosen: Vec<&Transport> = conformance::selected_transports(&manifest, &args.transports)?
+        .into_iter()
+        .map(|(name, _)| all_transports.iter().find(|t| t.name == name).expect("a manifest transport"))
+        .collect();
+    if args.brokers.may_use_local() {
+        for transport in &chosen {
+            crate::brokers::install(&transport.name)?;
+        }
+    }
+
+    let mut scratch = Scratch::sync(&root)?;
+    let healthy = measure(&scratch, &chosen, &manifest, args.brokers, "healthy")?;
+    let commit = conformance::git_commit();
+    let results_path = root.join(matrix::RESULTS);
+    let mut results = matrix::load(&results_path)?;
+    results.retain(|(mutant, _), _| catalogue.mutants.iter().any(|m| &m.id == mutant));
+    let mut survivors = Vec::new();
+    for mutant in &selected {
+        let touched: Vec<&Transport> = chosen
+            .iter()
+            .copied()
+            .filter(|t| t.configurations.iter().any(|c| mutant.expectation(&t.name, c) != Expectation::NotApplicable))
+            .collect();
+        if touched.is_empty() {
+            continue;
+        }
+        let mutant_started = Instant::now();
+        scratch.apply(&mutant.patched(&root)?)?;
+        let passes = measure(&scratch, &touched, &manifest, args.brokers, &mutant.id)?;
+        for transport in &touched {
+            for configuration in &transport.configurations {
+                let was_green = |n: &u32| healthy.get(&(configuration.clone(), *n)) == Some(&true);
+                let healthy_cells: BTreeSet<u32> =
+                    manifest.behaviour_ids().iter().map(|b| b.0).filter(was_green).collect();
+                let red: Vec<u32> = healthy_cells
+                    .iter()
+                    .copied()
+                    .filter(|n| passes.get(&(configuration.clone(), *n)) != Some(&true))
+                    .collect();
+                let key = (mutant.id.clone(), configuration.clone());
+                match outcome(mutant.expectation(&transport.name, configuration), red, &healthy_cells, &commit) {
+                    Some(result) => {
+                        eprintln!("mutants: {} on {configuration}: {:?} {}", mutant.id, result.verdict, result.note);
+                        if result.verdict == Verdict::Survived {
+                            survivors.push(format!("{} survived on {configuration}: {}", mutant.id, result.note));
+                        }
+                        results.insert(key, result);
+                    }
+                    None => {
+                        results.remove(&key);
+                    }
+                }
+            }
+        }
+        matrix::save(&results_path, &results)?;
+        eprintln!("mutants: {} done in {:.1} s", mutant.id, mutant_started.elapsed().as_secs_f64());
+    }
+    scratch.restore()?;
+    let columns: Vec<(String, Vec<String>)> =
+        all_transports.iter().map(|t| (t.name.clone(), t.configurations.clone())).collect();
+    std::fs::write(root.join(matrix::MATRIX), matrix::render(&catalogue.mutants, &columns, &results))?;
+    eprintln!(
+        "mutants: {} mutant(s) on {} in {:.1} s; the kill matrix is {}",
+        selected.len(),
+        chosen.iter().map(|t| t.name.as_str()).collect::<Vec<_>>().join(", "),
+        started.elapsed().as_secs_f64(),
+        matrix::MATRIX
+    );
+    if !survivors.is_empty() {
+        bail!("{}", survivors.join("\n"));
+    }
+    Ok(())
+}
