@@ -85,7 +85,8 @@ pub struct Bounds {
     pub at_once_ms: u64,
     /// A settled source must stay empty this long: past the latest lapse, plus a redelivery.
     pub settle_ms: u64,
-    /// FR-2's requeue delay; its redelivery must arrive within `delay_ms + at_once_ms`.
+    /// FR-2's requeue delay: longer than the slowest at-once redelivery, so a requeue that
+    /// ignores its delay is seen early; its redelivery must arrive within `delay_ms + at_once_ms`.
     pub delay_ms: u64,
 }
 
@@ -96,8 +97,9 @@ pub const LOAD_MARGIN_MS: u64 = 1_500;
 /// The most a cell's lease can have run before the test calls requeue or nack (the broker
 /// starts it before the client sees the message).
 pub const LEASE_SKEW_MS: u64 = 1_000;
-/// FR-2's requeue delay.
-pub const REQUEUE_DELAY_MS: u64 = 1_000;
+/// FR-2's requeue delay exceeds the at-once bound by at least this, in whole seconds (brokers
+/// count delays in seconds).
+pub const DELAY_MARGIN_MS: u64 = 500;
 
 impl ConfigurationEntry {
     /// The bounds of this configuration's cells. A lease too short to tell a requeue from a lapse
@@ -105,12 +107,13 @@ impl ConfigurationEntry {
     pub fn bounds(&self) -> Result<Bounds, String> {
         let at_once_ms = self.redelivery_ms * LATENCY_FACTOR + LOAD_MARGIN_MS;
         let latest_lapse = self.latest_lapse_ms.or(self.lease_ms).unwrap_or(0);
-        let bounds = Bounds { at_once_ms, settle_ms: latest_lapse + at_once_ms, delay_ms: REQUEUE_DELAY_MS };
+        let delay_ms = (at_once_ms + DELAY_MARGIN_MS).div_ceil(1_000) * 1_000;
+        let bounds = Bounds { at_once_ms, settle_ms: latest_lapse + at_once_ms, delay_ms };
         if let Some(lease) = self.lease_ms {
-            let slowest = REQUEUE_DELAY_MS + at_once_ms + LEASE_SKEW_MS;
+            let slowest = delay_ms + at_once_ms + LEASE_SKEW_MS;
             if slowest > lease {
                 return Err(format!(
-                    "configuration {:?}: a requeue must be seen within {} ms (delay {REQUEUE_DELAY_MS} + at once \
+                    "configuration {:?}: a requeue must be seen within {} ms (delay {delay_ms} + at once \
                      {at_once_ms} + skew {LEASE_SKEW_MS}), which does not fit in its lease_ms {lease}: a lapse would \
                      pass for a requeue; lengthen the lease or measure redelivery_ms again",
                     self.name, slowest
@@ -326,7 +329,7 @@ configurations:
     feature: sqs
     provider: sqs_fifo
     counter: exact
-    lease_ms: 5000
+    lease_ms: 8000
     redelivery_ms: 500
 ";
 
@@ -404,15 +407,15 @@ configurations:
     fn bounds_derive_from_the_measured_latency_and_the_lease() {
         let manifest = parse(VALID).unwrap();
         let bounds = manifest.configurations[0].bounds().unwrap();
-        assert_eq!(bounds, Bounds { at_once_ms: 2_500, settle_ms: 7_500, delay_ms: 1_000 });
+        assert_eq!(bounds, Bounds { at_once_ms: 2_500, settle_ms: 10_500, delay_ms: 3_000 });
     }
 
     #[test]
     fn a_lease_too_short_to_tell_a_requeue_from_a_lapse_is_refused() {
-        let error = error_of(&VALID.replace("lease_ms: 5000", "lease_ms: 4000"));
+        let error = error_of(&VALID.replace("lease_ms: 8000", "lease_ms: 6000"));
         assert!(
             error.starts_with(
-                "templates/manifest.yaml:8: configuration \"sqs-fifo\": a requeue must be seen within 4500 ms"
+                "templates/manifest.yaml:8: configuration \"sqs-fifo\": a requeue must be seen within 6500 ms"
             ),
             "{error}"
         );
@@ -420,7 +423,7 @@ configurations:
 
     #[test]
     fn without_a_lease_nothing_lapses_and_settlement_waits_one_redelivery() {
-        let manifest = parse(&VALID.replace("    lease_ms: 5000\n", "")).unwrap();
+        let manifest = parse(&VALID.replace("    lease_ms: 8000\n", "")).unwrap();
         assert_eq!(manifest.configurations[0].bounds().unwrap().settle_ms, 2_500);
     }
 }

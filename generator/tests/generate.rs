@@ -101,9 +101,18 @@ fn with_deferred_configuration() -> tempfile::TempDir {
     let text = std::fs::read_to_string(&manifest).unwrap();
     let mut text = text[..text.find("configurations:").unwrap()].to_owned();
     text.push_str(
-        "configurations:\n  - name: memory\n    transport: memory\n    feature: memory\n    provider: memory\n",
+        "configurations:\n  - name: memory\n    transport: memory\n    feature: memory\n    provider: memory\n    \
+         counter: republished\n    redelivery_ms: 50\n",
     );
-    text.push_str("  - name: slow-broker\n    transport: slow\n    feature: slow\n    provider: slow_broker\n");
+    // One configuration per counter kind, so each form of the oracle is in a snapshot.
+    for (name, provider, counter) in
+        [("slow-broker", "slow_broker", "exact"), ("vague-broker", "vague_broker", "approximate")]
+    {
+        text.push_str(&format!(
+            "  - name: {name}\n    transport: slow\n    feature: slow\n    provider: {provider}\n    counter: {counter}\n    \
+             lease_ms: 10000\n    redelivery_ms: 1000\n"
+        ));
+    }
     std::fs::write(&manifest, text).unwrap();
     let cells = scratch.path().join("ledger/cells.tsv");
     let mut text = std::fs::read_to_string(&cells).unwrap();
@@ -131,6 +140,18 @@ fn snapshots_of_representative_outputs() {
     insta::assert_snapshot!(
         "relaxed_oracle_reactor_fr_16",
         read(&scratch, "generated/tests/slow/slow_broker/reactor/fr_16.rs")
+    );
+    insta::assert_snapshot!(
+        "approximate_pump_cell_reactor_fr_23",
+        read(&scratch, "generated/tests/slow/vague_broker/reactor/fr_23.rs")
+    );
+    insta::assert_snapshot!(
+        "republished_requeue_proactor_fr_15",
+        read(&scratch, "generated/tests/memory/memory/proactor/fr_15.rs")
+    );
+    insta::assert_snapshot!(
+        "settlement_reactor_fr_4",
+        read(&scratch, "generated/tests/slow/slow_broker/reactor/fr_4.rs")
     );
     insta::assert_snapshot!("binary_main", read(&scratch, "generated/tests/slow/main.rs"));
     insta::assert_snapshot!("crate_manifest", read(&scratch, "generated/Cargo.toml"));

@@ -217,15 +217,16 @@ impl Cell {
 
     /// The copy of `id` on the dead-letter channel, read twice: released (nack) after the first
     /// read, so a broker-counted dead-letter channel counts a second delivery, then acknowledged.
-    pub async fn dead_letter_copy_twice(&self, id: &str) -> [Message; 2] {
+    /// The release must bring it back within `at_once`, before the reader's lease could lapse.
+    pub async fn dead_letter_copy_twice(&self, id: &str, at_once: Duration) -> [Message; 2] {
         let destination = self.destination(false);
         let first = poll_for(destination, id, REJECTION_CEILING, || {})
             .await
             .unwrap_or_else(|| panic!("no copy of {id} reached {} within {REJECTION_CEILING:?}", destination.name()));
         destination.nack(&first).await.expect("releasing the rejected copy");
-        let again = poll_for(destination, id, ARRIVAL_CEILING, || {})
-            .await
-            .unwrap_or_else(|| panic!("the released copy of {id} did not come back to {}", destination.name()));
+        let again = poll_for(destination, id, at_once, || {}).await.unwrap_or_else(|| {
+            panic!("the released copy of {id} did not come back to {} within {at_once:?}", destination.name())
+        });
         destination.acknowledge(&again).await.expect("acknowledging the rejected copy");
         [first, again]
     }
@@ -319,8 +320,8 @@ impl BlockingCell {
         block(self.cell.invalid_copy(id))
     }
 
-    pub fn dead_letter_copy_twice(&self, id: &str) -> [Message; 2] {
-        block(self.cell.dead_letter_copy_twice(id))
+    pub fn dead_letter_copy_twice(&self, id: &str, at_once: Duration) -> [Message; 2] {
+        block(self.cell.dead_letter_copy_twice(id, at_once))
     }
 
     pub fn assert_source_empty(&self, window: Duration) {

@@ -19,9 +19,9 @@ use crate::local::{self, LocalProcess};
 use crate::source::{self, Definition, ImageRef, Running};
 use crate::Provider;
 
-/// The lease of a popped message in a cell: long enough for any handler here, short enough
-/// that a message left unsettled comes back within a cell's arrival ceiling.
-pub const LEASE: Duration = Duration::from_secs(10);
+/// The lease of a popped message in a cell (the manifest's `lease_ms`): room for FR-2's delay and
+/// the "at once" bound together, since the broker's pop revive takes 2 to 5 s to redeliver.
+pub const LEASE: Duration = Duration::from_secs(25);
 
 struct Broker {
     connection: RocketMqConnection,

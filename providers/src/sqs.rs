@@ -19,8 +19,9 @@ use crate::source::{self, Definition, ImageRef, Running};
 use crate::Provider;
 
 /// A cell queue's visibility timeout: the soonest an unsettled message comes back by itself (the
-/// manifest's `lease_ms`), short so a cell can watch a settled source past it.
-pub const LEASE: Duration = Duration::from_secs(6);
+/// manifest's `lease_ms`): short, so a cell can watch a settled source past it, yet room for FR-2's
+/// delay and the "at once" bound together with moto serving a whole matrix.
+pub const LEASE: Duration = Duration::from_secs(20);
 
 /// The native redrive limit M the provider sets where the cell has a budget (FR-23: R = 3, M = 5).
 pub const NATIVE_REDRIVE_LIMIT: u32 = 5;

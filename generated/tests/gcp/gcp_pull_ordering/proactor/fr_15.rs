@@ -10,9 +10,9 @@ async fn requeue_with_zero_delay_redelivers_at_once() {
     use std::time::Duration;
     // This configuration's bounds (templates/manifest.yaml): lease 10000 ms, counter exact.
     #[allow(unused)]
-    const AT_ONCE: std::time::Duration = std::time::Duration::from_millis(3500);
+    const AT_ONCE: std::time::Duration = std::time::Duration::from_millis(1840);
     #[allow(unused)]
-    const SETTLE: std::time::Duration = std::time::Duration::from_millis(13500);
+    const SETTLE: std::time::Duration = std::time::Duration::from_millis(11840);
 
     let cell = providers::gcp_pull_ordering().cell(CellSpec::new("FR-15", Variant::Proactor)).await;
     let sent = cell.message();

@@ -9,9 +9,9 @@ use providers::{CellSpec, Provider, Variant};
 async fn requeue_redelivers() {
     // This configuration's bounds (templates/manifest.yaml): lease 10000 ms, counter exact.
     #[allow(unused)]
-    const AT_ONCE: std::time::Duration = std::time::Duration::from_millis(3500);
+    const AT_ONCE: std::time::Duration = std::time::Duration::from_millis(1840);
     #[allow(unused)]
-    const SETTLE: std::time::Duration = std::time::Duration::from_millis(13500);
+    const SETTLE: std::time::Duration = std::time::Duration::from_millis(11840);
 
     let cell = providers::gcp_pull_ordering().cell(CellSpec::new("FR-22", Variant::Proactor)).await;
     let sent = cell.message();

@@ -10,11 +10,11 @@ fn requeue_with_delay_redelivers_not_before_the_delay() {
     use std::time::{Duration, Instant};
     // This configuration's bounds (templates/manifest.yaml): lease 10000 ms, counter exact.
     #[allow(unused)]
-    const AT_ONCE: std::time::Duration = std::time::Duration::from_millis(3500);
+    const AT_ONCE: std::time::Duration = std::time::Duration::from_millis(1840);
     #[allow(unused)]
-    const SETTLE: std::time::Duration = std::time::Duration::from_millis(13500);
+    const SETTLE: std::time::Duration = std::time::Duration::from_millis(11840);
 
-    const DELAY: Duration = Duration::from_millis(1000);
+    const DELAY: Duration = Duration::from_millis(3000);
     let cell = providers::gcp_pull_ordering().blocking_cell(CellSpec::new("FR-2", Variant::Reactor));
     let sent = cell.message();
     cell.send(&sent);

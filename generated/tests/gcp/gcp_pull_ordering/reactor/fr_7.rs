@@ -10,9 +10,9 @@ fn reject_without_destinations_acknowledges_and_routes_nothing() {
     use gateway::Rejection;
     // This configuration's bounds (templates/manifest.yaml): lease 10000 ms, counter exact.
     #[allow(unused)]
-    const AT_ONCE: std::time::Duration = std::time::Duration::from_millis(3500);
+    const AT_ONCE: std::time::Duration = std::time::Duration::from_millis(1840);
     #[allow(unused)]
-    const SETTLE: std::time::Duration = std::time::Duration::from_millis(13500);
+    const SETTLE: std::time::Duration = std::time::Duration::from_millis(11840);
 
     let cell = providers::gcp_pull_ordering().blocking_cell(CellSpec::new("FR-7", Variant::Reactor));
     let sent = cell.message();

@@ -11,9 +11,9 @@ async fn reject_as_unacceptable_routes_to_the_invalid_message_channel() {
     use gateway::{BagValue, Rejection};
     // This configuration's bounds (templates/manifest.yaml): lease 10000 ms, counter exact.
     #[allow(unused)]
-    const AT_ONCE: std::time::Duration = std::time::Duration::from_millis(3500);
+    const AT_ONCE: std::time::Duration = std::time::Duration::from_millis(1900);
     #[allow(unused)]
-    const SETTLE: std::time::Duration = std::time::Duration::from_millis(23500);
+    const SETTLE: std::time::Duration = std::time::Duration::from_millis(21900);
 
     let cell = providers::gcp_stream()
         .cell(CellSpec::new("FR-5", Variant::Proactor).with_dead_letter().with_invalid_channel())

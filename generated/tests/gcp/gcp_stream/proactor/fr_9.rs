@@ -12,9 +12,9 @@ async fn send_with_delay_delivers_not_before_the_delay() {
     const DELAY: Duration = Duration::from_secs(2);
     // This configuration's bounds (templates/manifest.yaml): lease 10000 ms, counter exact.
     #[allow(unused)]
-    const AT_ONCE: std::time::Duration = std::time::Duration::from_millis(3500);
+    const AT_ONCE: std::time::Duration = std::time::Duration::from_millis(1900);
     #[allow(unused)]
-    const SETTLE: std::time::Duration = std::time::Duration::from_millis(23500);
+    const SETTLE: std::time::Duration = std::time::Duration::from_millis(21900);
 
     let cell = providers::gcp_stream().cell(CellSpec::new("FR-9", Variant::Proactor)).await;
     let sent = cell.message();

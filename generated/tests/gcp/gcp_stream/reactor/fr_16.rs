@@ -9,9 +9,9 @@ use providers::{CellSpec, Provider, Variant};
 fn nack_redelivers() {
     // This configuration's bounds (templates/manifest.yaml): lease 10000 ms, counter exact.
     #[allow(unused)]
-    const AT_ONCE: std::time::Duration = std::time::Duration::from_millis(3500);
+    const AT_ONCE: std::time::Duration = std::time::Duration::from_millis(1900);
     #[allow(unused)]
-    const SETTLE: std::time::Duration = std::time::Duration::from_millis(23500);
+    const SETTLE: std::time::Duration = std::time::Duration::from_millis(21900);
 
     let cell = providers::gcp_stream().blocking_cell(CellSpec::new("FR-16", Variant::Reactor));
     let sent = cell.message();

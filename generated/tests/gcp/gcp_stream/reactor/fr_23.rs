@@ -14,9 +14,9 @@ fn always_deferring_handler_is_dead_lettered_within_the_budget() {
     const R: i32 = 3;
     // This configuration's bounds (templates/manifest.yaml): lease 10000 ms, counter exact.
     #[allow(unused)]
-    const AT_ONCE: std::time::Duration = std::time::Duration::from_millis(3500);
+    const AT_ONCE: std::time::Duration = std::time::Duration::from_millis(1900);
     #[allow(unused)]
-    const SETTLE: std::time::Duration = std::time::Duration::from_millis(23500);
+    const SETTLE: std::time::Duration = std::time::Duration::from_millis(21900);
 
     let cell = providers::gcp_stream()
         .blocking_cell(CellSpec::new("FR-23", Variant::Reactor).with_dead_letter().with_budget(R));

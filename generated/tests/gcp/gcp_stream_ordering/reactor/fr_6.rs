@@ -11,9 +11,9 @@ fn unacceptable_without_invalid_channel_falls_back_to_the_dead_letter_channel() 
     use gateway::{BagValue, Rejection};
     // This configuration's bounds (templates/manifest.yaml): lease 10000 ms, counter exact.
     #[allow(unused)]
-    const AT_ONCE: std::time::Duration = std::time::Duration::from_millis(3500);
+    const AT_ONCE: std::time::Duration = std::time::Duration::from_millis(1900);
     #[allow(unused)]
-    const SETTLE: std::time::Duration = std::time::Duration::from_millis(23500);
+    const SETTLE: std::time::Duration = std::time::Duration::from_millis(21900);
 
     let cell =
         providers::gcp_stream_ordering().blocking_cell(CellSpec::new("FR-6", Variant::Reactor).with_dead_letter());

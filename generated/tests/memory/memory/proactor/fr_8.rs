@@ -30,7 +30,7 @@ async fn rejected_copy_carries_the_rejection_metadata_and_stamped_count() {
     assert!(cell.channel().reject(&handled, Some(&rejection)).await.expect("reject"));
     // Read twice (released in between), so the dead-letter channel's own counter has moved
     // where it has one: the discriminator must keep the stamp on every dead-letter delivery.
-    let [copy, again] = cell.dead_letter_copy_twice(sent.id()).await;
+    let [copy, again] = cell.dead_letter_copy_twice(sent.id(), AT_ONCE).await;
     let bag = &copy.header.bag;
     for key in keys::ALL {
         assert!(bag.contains_key(key), "the routed copy lacks the rejection metadata key {key}: {bag:?}");

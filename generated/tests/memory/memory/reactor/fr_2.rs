@@ -14,7 +14,7 @@ fn requeue_with_delay_redelivers_not_before_the_delay() {
     #[allow(unused)]
     const SETTLE: std::time::Duration = std::time::Duration::from_millis(1600);
 
-    const DELAY: Duration = Duration::from_millis(1000);
+    const DELAY: Duration = Duration::from_millis(3000);
     let cell = providers::memory().blocking_cell(CellSpec::new("FR-2", Variant::Reactor));
     let sent = cell.message();
     cell.send(&sent);

@@ -9,11 +9,11 @@ use providers::{CellSpec, Provider, Variant};
 async fn reject_without_reason_is_stamped_none() {
     use gateway::rejection::keys;
     use gateway::{BagValue, Rejection};
-    // This configuration's bounds (templates/manifest.yaml): lease 10000 ms, counter exact.
+    // This configuration's bounds (templates/manifest.yaml): lease 25000 ms, counter exact.
     #[allow(unused)]
-    const AT_ONCE: std::time::Duration = std::time::Duration::from_millis(4500);
+    const AT_ONCE: std::time::Duration = std::time::Duration::from_millis(11000);
     #[allow(unused)]
-    const SETTLE: std::time::Duration = std::time::Duration::from_millis(14500);
+    const SETTLE: std::time::Duration = std::time::Duration::from_millis(36000);
 
     let cell = providers::rocketmq().cell(CellSpec::new("FR-17", Variant::Proactor).with_dead_letter()).await;
     let sent = cell.message();

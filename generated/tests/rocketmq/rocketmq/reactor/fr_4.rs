@@ -9,11 +9,11 @@ use providers::{CellSpec, Provider, Variant};
 fn reject_with_delivery_error_routes_to_the_dead_letter_channel() {
     use gateway::rejection::keys;
     use gateway::{BagValue, Rejection};
-    // This configuration's bounds (templates/manifest.yaml): lease 10000 ms, counter exact.
+    // This configuration's bounds (templates/manifest.yaml): lease 25000 ms, counter exact.
     #[allow(unused)]
-    const AT_ONCE: std::time::Duration = std::time::Duration::from_millis(4500);
+    const AT_ONCE: std::time::Duration = std::time::Duration::from_millis(11000);
     #[allow(unused)]
-    const SETTLE: std::time::Duration = std::time::Duration::from_millis(14500);
+    const SETTLE: std::time::Duration = std::time::Duration::from_millis(36000);
 
     let cell = providers::rocketmq()
         .blocking_cell(CellSpec::new("FR-4", Variant::Reactor).with_dead_letter().with_invalid_channel());

@@ -9,11 +9,11 @@ use providers::{CellSpec, Provider, Variant};
 fn rejected_copy_carries_the_rejection_metadata_and_stamped_count() {
     use gateway::rejection::keys;
     use gateway::{BagValue, Rejection};
-    // This configuration's bounds (templates/manifest.yaml): lease 6000 ms, counter exact.
+    // This configuration's bounds (templates/manifest.yaml): lease 20000 ms, counter exact.
     #[allow(unused)]
-    const AT_ONCE: std::time::Duration = std::time::Duration::from_millis(2900);
+    const AT_ONCE: std::time::Duration = std::time::Duration::from_millis(8300);
     #[allow(unused)]
-    const SETTLE: std::time::Duration = std::time::Duration::from_millis(8900);
+    const SETTLE: std::time::Duration = std::time::Duration::from_millis(28300);
 
     const STAMPED_COUNT: u32 = 2;
     let cell = providers::sqs().blocking_cell(CellSpec::new("FR-8", Variant::Reactor).with_dead_letter());
@@ -30,7 +30,7 @@ fn rejected_copy_carries_the_rejection_metadata_and_stamped_count() {
     assert!(cell.channel().reject(&handled, Some(&rejection)).expect("reject"));
     // Read twice (released in between), so the dead-letter channel's own counter has moved
     // where it has one: the discriminator must keep the stamp on every dead-letter delivery.
-    let [copy, again] = cell.dead_letter_copy_twice(sent.id());
+    let [copy, again] = cell.dead_letter_copy_twice(sent.id(), AT_ONCE);
     let bag = &copy.header.bag;
     for key in keys::ALL {
         assert!(bag.contains_key(key), "the routed copy lacks the rejection metadata key {key}: {bag:?}");
