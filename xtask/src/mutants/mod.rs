@@ -155,7 +155,8 @@ pub fn run(args: &Args) -> Result<()> {
         }
     }
 
-    let mut scratch = Scratch::sync(&root)?;
+    let names: Vec<&str> = chosen.iter().map(|t| t.name.as_str()).collect();
+    let mut scratch = Scratch::sync(&root, &names)?;
     let healthy = measure(&scratch, &chosen, &manifest, args.brokers, "healthy")?;
     let commit = conformance::git_commit();
     let results_path = root.join(matrix::RESULTS);

@@ -1,5 +1,6 @@
-//! The scratch copy of the workspace a mutant is applied to (`target/mutants/workspace`), so the
-//! project's own sources are never patched. Files are copied only when they differ, so cargo's
+//! The scratch copy of the workspace a mutant is applied to (`target/mutants/<transports>/`), so
+//! the project's own sources are never patched. One copy per set of transports, so the memory
+//! part and a broker part can run side by side. Files are copied only when they differ, so cargo's
 //! incremental build sees just the mutant's files change; the copy shares the project's target
 //! folder, so dependencies are built once.
 
@@ -13,6 +14,36 @@ pub struct Scratch {
     pub root: PathBuf,
     source: PathBuf,
     patched: Vec<String>,
+    lock: PathBuf,
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = self.restore();
+        let _ = std::fs::remove_file(&self.lock);
+    }
+}
+
+/// One mutation run at a time owns the scratch copy: a lock file holding its process id, taken
+/// over when that process is gone.
+fn take_lock(lock: &Path) -> Result<()> {
+    std::fs::create_dir_all(lock.parent().expect("the lock is in a folder"))?;
+    loop {
+        match std::fs::OpenOptions::new().write(true).create_new(true).open(lock) {
+            Ok(mut file) => {
+                use std::io::Write as _;
+                return Ok(write!(file, "{}", std::process::id())?);
+            }
+            Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => {
+                let holder = std::fs::read_to_string(lock).unwrap_or_default();
+                if !holder.is_empty() && Path::new("/proc").join(holder.trim()).exists() {
+                    bail!("another mutation run (process {}) is using {}", holder.trim(), lock.display());
+                }
+                std::fs::remove_file(lock)?;
+            }
+            Err(error) => return Err(error).with_context(|| format!("cannot create {}", lock.display())),
+        }
+    }
 }
 
 /// Writes `text` to `path` unless it already holds it (a rewrite would make cargo rebuild).
@@ -42,8 +73,11 @@ fn workspace_files(source: &Path) -> Result<Vec<String>> {
 impl Scratch {
     /// Brings the scratch copy up to date with `source` (the workspace as it is, uncommitted
     /// changes included). Installed brokers (`.brokers/`) are linked, not copied.
-    pub fn sync(source: &Path) -> Result<Scratch> {
-        let root = source.join("target/mutants/workspace");
+    pub fn sync(source: &Path, transports: &[&str]) -> Result<Scratch> {
+        let folder = source.join("target/mutants").join(transports.join("-"));
+        let root = folder.join("workspace");
+        let lock = folder.join("lock");
+        take_lock(&lock)?;
         for file in workspace_files(source)? {
             let from = source.join(&file);
             if from.is_file() {
@@ -55,7 +89,7 @@ impl Scratch {
             std::fs::create_dir_all(source.join(".brokers"))?;
             std::os::unix::fs::symlink(source.join(".brokers"), &brokers)?;
         }
-        Ok(Scratch { root, source: source.to_path_buf(), patched: Vec::new() })
+        Ok(Scratch { root, source: source.to_path_buf(), patched: Vec::new(), lock })
     }
 
     /// Writes a mutant's patched files into the copy (after restoring the previous mutant's).

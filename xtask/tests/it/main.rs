@@ -42,12 +42,17 @@ fn a_requeue_that_forgets_the_count_turns_fr23_red_and_names_the_regression() {
     assert!(!output.status.success(), "the run must fail:\n{stderr}");
     assert!(stderr.contains("regression: memory/FR-23 was Pass and now fails"), "{stderr}");
     assert!(stderr.contains("a budget of R = 3 rejects by dispatch 3"), "the failure says why: {stderr}");
-    // Only the budget depends on the count growing: every other cell still passes.
-    assert_eq!(stderr.matches("regression:").count(), 1, "{stderr}");
+    // The requeue cells see it too: a republishing transport must present the count it was
+    // given. Every other cell still passes.
+    for cell in ["memory/FR-2", "memory/FR-15", "memory/FR-22"] {
+        assert!(stderr.contains(&format!("regression: {cell} was Pass and now fails")), "{stderr}");
+    }
+    assert!(stderr.contains("the redelivery presents the handled count the channel was given"), "{stderr}");
+    assert_eq!(stderr.matches("regression:").count(), 4, "{stderr}");
     // A regression is reported, never written down as a deferral.
     assert_eq!(row(ledger.path(), "memory/FR-23"), "memory\tFR-23\tPass");
     let runs = std::fs::read_to_string(ledger.path().join("runs.jsonl")).unwrap();
-    assert!(runs.contains("\"failed\":1"), "the run record counts the failure: {runs}");
+    assert!(runs.contains("\"failed\":4"), "the run record counts the failures: {runs}");
 }
 
 #[test]
