@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use tokio::runtime::Runtime;
 
-use crate::channel::{Channel, ChannelError, Producer};
+use crate::channel::{Channel, Producer};
+use crate::error::ChannelError;
 use crate::message::Message;
 use crate::rejection::Rejection;
 
@@ -43,12 +44,25 @@ pub fn runtime() -> &'static Runtime {
 /// background tasks on the runtime that opened them; a caller's runtime that ends (every async
 /// test has its own) would strand them for the next caller. The call is spawned at once, so the
 /// returned future holds only its join handle: the SDK's future types stay out of the caller's.
+/// Dropping the returned future aborts the call, so cancelling a channel call cancels its
+/// broker call too instead of leaving it running detached.
 #[cfg(any(feature = "sqs", feature = "gcp", feature = "rocketmq"))]
 pub(crate) fn on_gateway_runtime<T: Send + 'static>(
     future: impl std::future::Future<Output = T> + Send + 'static,
 ) -> impl std::future::Future<Output = T> {
-    let call = runtime().spawn(future);
-    async move { call.await.expect("a broker SDK call panicked") }
+    let mut call = AbortOnDrop(runtime().spawn(future));
+    async move { (&mut call.0).await.expect("a broker SDK call panicked") }
+}
+
+/// A spawned call that is aborted when its handle is dropped before it finished.
+#[cfg(any(feature = "sqs", feature = "gcp", feature = "rocketmq"))]
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+#[cfg(any(feature = "sqs", feature = "gcp", feature = "rocketmq"))]
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// Wraps an async channel or producer as a blocking one.
@@ -82,5 +96,36 @@ impl<P: Producer> BlockingProducer for Blocking<P> {
     }
     fn send_with_delay(&self, message: &Message, delay: Duration) -> Result<(), ChannelError> {
         runtime().block_on(self.0.send_with_delay(message, delay))
+    }
+}
+
+#[cfg(all(test, any(feature = "sqs", feature = "gcp", feature = "rocketmq")))]
+mod tests {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+
+    use super::*;
+
+    #[test]
+    fn dropping_the_future_of_a_broker_call_cancels_the_call() {
+        let finished = Arc::new(AtomicBool::new(false));
+        let call = {
+            let finished = finished.clone();
+            on_gateway_runtime(async move {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                finished.store(true, Ordering::SeqCst);
+            })
+        };
+        let caller = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let timed_out = caller.block_on(async { tokio::time::timeout(Duration::from_millis(20), call).await.is_err() });
+        assert!(timed_out, "the call was given 20 ms of its 300");
+        std::thread::sleep(Duration::from_millis(600));
+        assert!(!finished.load(Ordering::SeqCst), "the call went on after its caller gave up on it");
+    }
+
+    #[test]
+    fn a_call_that_is_awaited_completes() {
+        let caller = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        assert_eq!(caller.block_on(on_gateway_runtime(async { 7 })), 7);
     }
 }

@@ -6,24 +6,17 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
+use crate::error::ChannelError;
 use crate::message::Message;
 use crate::rejection::Rejection;
 
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum ChannelError {
-    /// A broker call failed; the pump logs it and retries with backoff.
-    #[error("{operation} on channel {channel} failed: {detail}")]
-    Broker { channel: String, operation: &'static str, detail: String },
-    /// The message to settle is not in flight on this channel (already settled, or its lease lapsed).
-    #[error("{operation} on channel {channel}: message {message_id} is not in flight")]
-    NotInFlight { channel: String, operation: &'static str, message_id: String },
-    /// Channel creation found missing infrastructure under `MakeChannels::Validate`.
-    #[error("channel {channel} does not exist and make_channels is validate")]
-    Missing { channel: String },
-}
-
 /// A consumer's channel. Every call is bounded: `receive` waits at most `timeout`.
+///
+/// Cancel safety: dropping a call's future before it completes cancels its broker call (it is
+/// not left running). Nothing is lost by cancelling `receive`: a message the broker handed out
+/// but the caller never saw comes back when its lease lapses, as any unsettled delivery does.
+/// A cancelled settlement (acknowledge, reject, requeue, nack) may or may not have reached the
+/// broker; settle again or let the lease lapse.
 #[async_trait]
 pub trait Channel: Send + Sync {
     fn name(&self) -> &str;

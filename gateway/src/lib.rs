@@ -9,6 +9,7 @@ pub mod blocking;
 pub mod budget;
 pub mod channel;
 pub mod delivery_count;
+pub mod error;
 pub mod message;
 pub mod pump;
 pub mod rejection;
@@ -16,7 +17,8 @@ pub mod subscription;
 pub mod transport;
 
 pub use blocking::{Blocking, BlockingChannel, BlockingProducer};
-pub use channel::{Channel, ChannelError, Producer};
+pub use channel::{Channel, Producer};
+pub use error::ChannelError;
 pub use message::{Bag, BagValue, Message, MessageBody, MessageHeader, MessageType};
 pub use rejection::{Rejection, RejectionReason};
 pub use subscription::{MakeChannels, Subscription};

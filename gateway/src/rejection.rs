@@ -4,7 +4,7 @@
 use std::fmt;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use crate::channel::ChannelError;
+use crate::error::ChannelError;
 use crate::message::{BagValue, Message};
 use crate::subscription::Subscription;
 

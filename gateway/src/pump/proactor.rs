@@ -6,7 +6,8 @@ use std::sync::Arc;
 use tokio::task::JoinHandle;
 
 use super::{decide, Action, AsyncHandler, Backoff, MessageMapper, PumpCounters, PumpStats};
-use crate::channel::{Channel, ChannelError};
+use crate::channel::Channel;
+use crate::error::ChannelError;
 use crate::message::Message;
 use crate::subscription::Subscription;
 

@@ -6,7 +6,7 @@ use std::thread::JoinHandle;
 
 use super::{decide, Action, Backoff, Handler, MessageMapper, PumpCounters, PumpStats};
 use crate::blocking::BlockingChannel;
-use crate::channel::ChannelError;
+use crate::error::ChannelError;
 use crate::message::Message;
 use crate::subscription::Subscription;
 

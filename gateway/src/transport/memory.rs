@@ -10,10 +10,12 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use tokio::sync::Notify;
 
-use crate::channel::{Channel, ChannelError, Producer};
+use crate::channel::{Channel, Producer};
+use crate::error::ChannelError;
 use crate::message::Message;
 use crate::rejection::{self, Rejection};
 use crate::subscription::{MakeChannels, Subscription};
+use crate::transport::kit;
 
 #[derive(Debug, Default)]
 struct Queue {
@@ -136,11 +138,7 @@ impl MemoryBroker {
             .and_then(|receipt| self.queues().get_mut(queue).and_then(|q| q.in_flight.remove(receipt)));
         match removed {
             Some(_) => Ok(()),
-            None => Err(ChannelError::NotInFlight {
-                channel: queue.to_owned(),
-                operation,
-                message_id: message.header.id.clone(),
-            }),
+            None => Err(kit::not_in_flight(queue, operation, message)),
         }
     }
 }

@@ -5,6 +5,9 @@
 pub mod attributes;
 #[cfg(feature = "gcp")]
 pub mod gcp;
+// The shared pieces; the in-memory transport uses only some of them.
+#[cfg_attr(not(any(feature = "sqs", feature = "gcp", feature = "rocketmq")), allow(dead_code))]
+mod kit;
 pub mod memory;
 #[cfg(any(feature = "gcp", feature = "rocketmq"))]
 mod receive_loop;

@@ -4,7 +4,7 @@
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-use crate::channel::ChannelError;
+use crate::error::ChannelError;
 use crate::message::Message;
 use crate::transport::attributes::MalformedMessage;
 

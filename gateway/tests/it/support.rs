@@ -149,11 +149,12 @@ impl<C: Channel> Channel for FailingAcks<C> {
         let left = self.failures.load(Ordering::SeqCst);
         if left > 0 {
             self.failures.store(left - 1, Ordering::SeqCst);
-            return Err(ChannelError::Broker {
-                channel: self.name().into(),
-                operation: "acknowledge",
-                detail: "injected".into(),
-            });
+            return Err(ChannelError::broker(
+                self.name(),
+                "acknowledge",
+                gateway::error::ErrorKind::Refused,
+                "injected",
+            ));
         }
         self.inner.acknowledge(message).await
     }

@@ -12,7 +12,8 @@ use super::pull::PullChannel;
 use super::stream::StreamChannel;
 use crate::blocking::on_gateway_runtime;
 use crate::budget::{self, DeliveryCounting};
-use crate::channel::{Channel, ChannelError};
+use crate::channel::Channel;
+use crate::error::ChannelError;
 use crate::subscription::{MakeChannels, Subscription};
 
 /// How a subscription's messages are consumed.
@@ -128,11 +129,11 @@ impl GcpConnection {
         GcpProducer::new(&self.endpoint, &self.project, ordering)
     }
 
-    pub(super) fn subscriber_client(&self) -> SubscriberClient<GrpcChannel> {
+    fn subscriber_client(&self) -> SubscriberClient<GrpcChannel> {
         SubscriberClient::new(self.grpc.clone())
     }
 
-    pub(super) fn endpoint(&self) -> &str {
+    fn endpoint(&self) -> &str {
         &self.endpoint
     }
 
@@ -195,9 +196,15 @@ impl GcpConnection {
         budget::warn_if_unenforceable(common, subscription);
         let router = self.producer(false);
         Ok(match subscription.consumption {
-            Consumption::Pull => Arc::new(PullChannel::new(self, common.clone(), router)),
+            Consumption::Pull => Arc::new(PullChannel::new(
+                self.subscriber_client(),
+                self.subscription_path(&common.name),
+                common.clone(),
+                router,
+            )),
             Consumption::Stream => Arc::new(StreamChannel::start(
-                self,
+                self.endpoint().to_owned(),
+                self.subscription_path(&common.name),
                 common.clone(),
                 subscription.ack_deadline,
                 subscription.max_lease,

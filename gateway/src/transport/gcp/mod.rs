@@ -27,16 +27,24 @@ pub use googleapis_tonic_google_pubsub_v1::google::pubsub::v1 as proto;
 
 use googleapis_tonic_google_pubsub_v1::google::pubsub::v1 as pb;
 
-use crate::channel::ChannelError;
+use crate::error::{BoxError, ChannelError, ErrorKind};
+use crate::transport::kit;
 
 /// Pub/Sub's longest ack deadline: the longest a requeue can hold a pulled message back.
 pub const MAX_ACK_DEADLINE_SECONDS: u64 = 600;
 
-fn broker_error(channel: &str, operation: &'static str, error: impl std::fmt::Display) -> ChannelError {
-    ChannelError::Broker { channel: channel.to_owned(), operation, detail: error.to_string() }
+/// A failed Pub/Sub call, its kind read off the gRPC status where the error is one.
+fn broker_error(channel: &str, operation: &'static str, error: impl Into<BoxError>) -> ChannelError {
+    let error = error.into();
+    let kind = match error.downcast_ref::<tonic::Status>().map(tonic::Status::code) {
+        Some(tonic::Code::DeadlineExceeded) => ErrorKind::Timeout,
+        Some(tonic::Code::Unavailable) => ErrorKind::Refused,
+        Some(tonic::Code::NotFound) => ErrorKind::NotFound,
+        Some(tonic::Code::Unimplemented) => ErrorKind::Unsupported,
+        Some(_) => ErrorKind::Rejected,
+        None => kit::io_kind(&*error).unwrap_or(ErrorKind::Other),
+    };
+    kit::broker_error(channel, operation, kind, error)
 }
 
-/// Whole seconds, rounded up, so a message is never visible again before the delay.
-fn whole_seconds(delay: std::time::Duration) -> u64 {
-    delay.as_secs() + u64::from(delay.subsec_nanos() > 0)
-}
+use kit::whole_seconds;

@@ -10,7 +10,8 @@ use tokio::sync::Mutex;
 
 use super::broker_error;
 use crate::blocking::on_gateway_runtime;
-use crate::channel::{ChannelError, Producer};
+use crate::channel::Producer;
+use crate::error::{ChannelError, ErrorKind};
 use crate::message::Message;
 use crate::transport::attributes::header_attributes;
 
@@ -79,11 +80,12 @@ impl Producer for GcpProducer {
 
     async fn send_with_delay(&self, message: &Message, delay: Duration) -> Result<(), ChannelError> {
         if !delay.is_zero() {
-            return Err(ChannelError::Broker {
-                channel: message.header.topic.clone(),
-                operation: "send with delay",
-                detail: "Pub/Sub has no per-message delivery delay".into(),
-            });
+            return Err(ChannelError::broker(
+                &message.header.topic,
+                "send with delay",
+                ErrorKind::Unsupported,
+                "Pub/Sub has no per-message delivery delay",
+            ));
         }
         self.send(message).await
     }

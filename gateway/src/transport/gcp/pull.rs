@@ -5,16 +5,17 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tonic::transport::Channel as GrpcChannel;
 
-use super::connection::GcpConnection;
 use super::pb::{self, subscriber_client::SubscriberClient};
 use super::producer::GcpProducer;
 use super::{broker_error, whole_seconds, MAX_ACK_DEADLINE_SECONDS};
 use crate::blocking::on_gateway_runtime;
-use crate::channel::{Channel, ChannelError};
+use crate::channel::Channel;
+use crate::error::ChannelError;
 use crate::message::Message;
 use crate::rejection::{self, Rejection};
 use crate::subscription::Subscription;
 use crate::transport::attributes::{self, MalformedMessage};
+use crate::transport::kit;
 use crate::transport::receive_loop::receive_readable;
 
 /// How long an empty pull waits before looking again.
@@ -41,13 +42,14 @@ pub struct PullChannel {
 }
 
 impl PullChannel {
-    pub(super) fn new(connection: &GcpConnection, subscription: Subscription, router: GcpProducer) -> PullChannel {
-        PullChannel {
-            client: connection.subscriber_client(),
-            path: connection.subscription_path(&subscription.name),
-            subscription,
-            router,
-        }
+    /// `path` is the subscription's full name; `router` publishes rejected copies.
+    pub(super) fn new(
+        client: SubscriberClient<GrpcChannel>,
+        path: String,
+        subscription: Subscription,
+        router: GcpProducer,
+    ) -> PullChannel {
+        PullChannel { client, path, subscription, router }
     }
 
     async fn pull_one(&self, wait: Duration) -> Result<Option<pb::ReceivedMessage>, ChannelError> {
@@ -97,11 +99,7 @@ impl PullChannel {
     }
 
     fn ack_id(&self, message: &Message, operation: &'static str) -> Result<String, ChannelError> {
-        message.receipt.clone().ok_or_else(|| ChannelError::NotInFlight {
-            channel: self.name().to_owned(),
-            operation,
-            message_id: message.header.id.clone(),
-        })
+        message.receipt.clone().ok_or_else(|| kit::not_in_flight(self.name(), operation, message))
     }
 
     /// An unreadable message is routed as Unacceptable with its raw data, never dropped.

@@ -11,13 +11,14 @@ use google_cloud_pubsub::client::Subscriber;
 use google_cloud_pubsub::subscriber::handler::Handler;
 use tokio::sync::mpsc;
 
-use super::connection::GcpConnection;
 use super::producer::GcpProducer;
-use crate::channel::{Channel, ChannelError};
+use crate::channel::Channel;
+use crate::error::{ChannelError, ErrorKind};
 use crate::message::Message;
 use crate::rejection::{self, Rejection};
 use crate::subscription::Subscription;
 use crate::transport::attributes::{self, MalformedMessage};
+use crate::transport::kit;
 
 /// Messages read ahead of the pump; the subscriber keeps their leases.
 const INBOX: usize = 16;
@@ -70,16 +71,16 @@ fn read(message: &google_cloud_pubsub::model::Message, attempt: Option<i32>, rec
 }
 
 impl StreamChannel {
+    /// Subscribes to `path` (the subscription's full name) on the emulator or service at `endpoint`.
     pub(super) fn start(
-        connection: &GcpConnection,
+        endpoint: String,
+        path: String,
         subscription: Subscription,
         ack_deadline: Duration,
         max_lease: Option<Duration>,
         router: GcpProducer,
     ) -> StreamChannel {
         let (sender, inbox) = mpsc::channel(INBOX);
-        let endpoint = connection.endpoint().to_owned();
-        let path = connection.subscription_path(&subscription.name);
         let source = subscription.routing_key.clone();
         let reader = crate::blocking::runtime().spawn(async move {
             let subscriber = match Subscriber::builder()
@@ -128,11 +129,7 @@ impl StreamChannel {
             .receipt
             .as_ref()
             .and_then(|receipt| self.in_flight.lock().unwrap_or_else(|p| p.into_inner()).remove(receipt));
-        handler.ok_or_else(|| ChannelError::NotInFlight {
-            channel: self.name().to_owned(),
-            operation,
-            message_id: message.header.id.clone(),
-        })
+        handler.ok_or_else(|| kit::not_in_flight(self.name(), operation, message))
     }
 
     fn hold(&self, message: &Message, handler: Handler) {
@@ -154,11 +151,7 @@ impl Channel for StreamChannel {
         loop {
             let Ok(next) = tokio::time::timeout_at(deadline, inbox.recv()).await else { return Ok(None) };
             let Some((delivery, handler)) = next else {
-                return Err(ChannelError::Broker {
-                    channel: self.name().to_owned(),
-                    operation: "receive",
-                    detail: "the stream ended".into(),
-                });
+                return Err(ChannelError::broker(self.name(), "receive", ErrorKind::Refused, "the stream ended"));
             };
             match delivery {
                 Inbound::Readable(message) => {

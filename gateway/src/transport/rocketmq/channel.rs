@@ -19,11 +19,13 @@ use rocketmq_protocol::rpc::topic_request_header::TopicRequestHeader;
 use super::producer::RocketMqProducer;
 use super::{broker_error, MAX_INVISIBLE};
 use crate::blocking::on_gateway_runtime;
-use crate::channel::{Channel, ChannelError};
+use crate::channel::Channel;
+use crate::error::ChannelError;
 use crate::message::Message;
 use crate::rejection::{self, Rejection};
 use crate::subscription::Subscription;
 use crate::transport::attributes::{self, MalformedMessage};
+use crate::transport::kit;
 use crate::transport::receive_loop::receive_readable;
 
 /// The longest a single pop waits. A waiting pop is not woken by a message coming back from the
@@ -124,11 +126,7 @@ impl RocketMqChannel {
 
     /// Acknowledges or changes the invisible time of the popped message `message` came from.
     async fn settle(&self, message: &Message, how: Settle, operation: &'static str) -> Result<(), ChannelError> {
-        let not_in_flight = || ChannelError::NotInFlight {
-            channel: self.name().to_owned(),
-            operation,
-            message_id: message.header.id.clone(),
-        };
+        let not_in_flight = || kit::not_in_flight(self.name(), operation, message);
         let checkpoint = message.receipt.clone().ok_or_else(not_in_flight)?;
         let extra =
             ExtraInfoUtil::parse_ack_extra_info(&checkpoint).map_err(|e| broker_error(self.name(), operation, e))?;

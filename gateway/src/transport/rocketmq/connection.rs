@@ -16,7 +16,8 @@ use super::channel::{Broker, RocketMqChannel};
 use super::producer::{NativeSender, RocketMqProducer};
 use crate::blocking::on_gateway_runtime;
 use crate::budget::{self, DeliveryCounting};
-use crate::channel::{Channel, ChannelError};
+use crate::channel::Channel;
+use crate::error::ChannelError;
 use crate::subscription::{MakeChannels, Subscription};
 
 /// Every handle of one connection shares one client instance (its connections); handles differ

@@ -25,13 +25,26 @@ pub use rocketmq_model::common::message::message_builder::MessageBuilder as Nati
 /// The client's received message type (the reader takes it).
 pub use rocketmq_model::common::message::message_ext::MessageExt as PoppedMessage;
 
-use crate::channel::ChannelError;
+use crate::error::{BoxError, ChannelError, ErrorKind};
+use crate::transport::kit;
 
 /// The broker's longest invisible time: the longest a requeue can hold a message back.
 pub const MAX_INVISIBLE: std::time::Duration = std::time::Duration::from_secs(12 * 60 * 60);
 
-fn broker_error(channel: &str, operation: &'static str, error: impl std::fmt::Display) -> ChannelError {
-    ChannelError::Broker { channel: channel.to_owned(), operation, detail: error.to_string() }
+/// A failed RocketMQ call. The client's errors reach here as its own types or, where their
+/// futures must cross to the gateway's runtime, as text (`describe`); both carry the client's
+/// remoting codes (`transport.response.timeout`, `transport.connection.failed`), which give the kind.
+fn broker_error(channel: &str, operation: &'static str, error: impl Into<BoxError>) -> ChannelError {
+    let error = error.into();
+    let text = error.to_string();
+    let kind = if text.contains("timeout") {
+        ErrorKind::Timeout
+    } else if text.contains("connection") {
+        ErrorKind::Refused
+    } else {
+        kit::io_kind(&*error).unwrap_or(ErrorKind::Other)
+    };
+    kit::broker_error(channel, operation, kind, error)
 }
 
 /// The client's error with its causes: its own display is a category ("Argument is invalid"),

@@ -10,7 +10,8 @@ use rocketmq_model::common::message::message_single::Message as RocketMessage;
 
 use super::broker_error;
 use crate::blocking::on_gateway_runtime;
-use crate::channel::{ChannelError, Producer};
+use crate::channel::Producer;
+use crate::error::ChannelError;
 use crate::message::Message;
 use crate::transport::attributes;
 

@@ -6,12 +6,16 @@ use async_trait::async_trait;
 use aws_sdk_sqs::types::{Message as SqsMessage, MessageSystemAttributeName};
 
 use super::producer::send_to_queue;
-use super::{broker_error, on_gateway_runtime, read_sns_envelope, MAX_VISIBILITY_TIMEOUT_SECONDS, MAX_WAIT_SECONDS};
-use crate::channel::{Channel, ChannelError};
+use super::{
+    broker_error, on_gateway_runtime, read_sns_envelope, send_error, MAX_VISIBILITY_TIMEOUT_SECONDS, MAX_WAIT_SECONDS,
+};
+use crate::channel::Channel;
+use crate::error::ChannelError;
 use crate::message::Message;
 use crate::rejection::{self, Rejection};
 use crate::subscription::Subscription;
 use crate::transport::attributes::{self, MalformedMessage};
+use crate::transport::kit;
 
 /// How the queue's messages are laid out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -78,7 +82,7 @@ impl SqsChannel {
             .wait_time_seconds(wait_seconds)
             .message_system_attribute_names(MessageSystemAttributeName::All)
             .message_attribute_names("All");
-        let output = on_gateway_runtime(request.send()).await.map_err(|e| broker_error(self.name(), "receive", &e))?;
+        let output = on_gateway_runtime(request.send()).await.map_err(|e| broker_error(self.name(), "receive", e))?;
         Ok(output.messages.unwrap_or_default())
     }
 
@@ -95,23 +99,19 @@ impl SqsChannel {
             .queue_url(&self.queue_url)
             .receipt_handle(receipt)
             .visibility_timeout(seconds.min(MAX_VISIBILITY_TIMEOUT_SECONDS) as i32);
-        on_gateway_runtime(request.send()).await.map_err(|e| broker_error(self.name(), operation, &e))?;
+        on_gateway_runtime(request.send()).await.map_err(|e| broker_error(self.name(), operation, e))?;
         Ok(())
     }
 
     async fn delete(&self, message: &Message, operation: &'static str) -> Result<(), ChannelError> {
         let receipt = self.receipt(message, operation)?;
         let request = self.client.delete_message().queue_url(&self.queue_url).receipt_handle(receipt);
-        on_gateway_runtime(request.send()).await.map_err(|e| broker_error(self.name(), operation, &e))?;
+        on_gateway_runtime(request.send()).await.map_err(|e| broker_error(self.name(), operation, e))?;
         Ok(())
     }
 
     fn receipt<'m>(&self, message: &'m Message, operation: &'static str) -> Result<&'m str, ChannelError> {
-        message.receipt.as_deref().ok_or_else(|| ChannelError::NotInFlight {
-            channel: self.name().to_owned(),
-            operation,
-            message_id: message.header.id.clone(),
-        })
+        message.receipt.as_deref().ok_or_else(|| kit::not_in_flight(self.name(), operation, message))
     }
 
     /// A message that cannot be read is still routed as Unacceptable with its raw body, never dropped.
@@ -163,7 +163,7 @@ impl Channel for SqsChannel {
     async fn reject(&self, message: &Message, rejection: Option<&Rejection>) -> Result<bool, ChannelError> {
         let publish = async |queue: &str, copy: Message| {
             let url = self.destination_url(queue).ok_or_else(|| ChannelError::Missing { channel: queue.to_owned() })?;
-            send_to_queue(&self.client, url, &copy, 0, self.fifo).await.map_err(|e| broker_error(url, "reject", &*e))
+            send_to_queue(&self.client, url, &copy, 0, self.fifo).await.map_err(|e| send_error(url, "reject", e))
         };
         // A failed send leaves the message undeleted: it comes back when its visibility lapses.
         let routed = rejection::forward(&self.subscription, message, rejection, publish).await?;
@@ -173,7 +173,7 @@ impl Channel for SqsChannel {
 
     async fn requeue(&self, message: &Message, delay: Duration) -> Result<(), ChannelError> {
         // Whole seconds, rounded up: never visible again before the delay.
-        let seconds = delay.as_secs() + u64::from(delay.subsec_nanos() > 0);
+        let seconds = kit::whole_seconds(delay);
         self.change_visibility(message, seconds, "requeue").await
     }
 

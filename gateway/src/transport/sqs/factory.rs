@@ -8,7 +8,7 @@ use super::channel::{Envelope, SqsChannel};
 use super::producer::{SnsProducer, SqsProducer};
 use super::{broker_error, on_gateway_runtime};
 use crate::budget::{self, DeliveryCounting};
-use crate::channel::ChannelError;
+use crate::error::{ChannelError, ErrorKind};
 use crate::subscription::{MakeChannels, Subscription};
 
 /// SQS and SNS clients for one account and endpoint.
@@ -168,19 +168,15 @@ impl SqsConnection {
             let policy = serde_json::json!({ "deadLetterTargetArn": arn, "maxReceiveCount": limit }).to_string();
             request = request.attributes(QueueAttributeName::RedrivePolicy, policy);
         }
-        let output = on_gateway_runtime(request.send()).await.map_err(|e| broker_error(name, "create queue", &e))?;
+        let output = on_gateway_runtime(request.send()).await.map_err(|e| broker_error(name, "create queue", e))?;
         Ok(output.queue_url.unwrap_or_default())
     }
 
     async fn queue_arn(&self, url: &str) -> Result<String, ChannelError> {
         let request = self.sqs.get_queue_attributes().queue_url(url).attribute_names(QueueAttributeName::QueueArn);
-        let output = on_gateway_runtime(request.send()).await.map_err(|e| broker_error(url, "read queue ARN", &e))?;
+        let output = on_gateway_runtime(request.send()).await.map_err(|e| broker_error(url, "read queue ARN", e))?;
         output.attributes.and_then(|attributes| attributes.get(&QueueAttributeName::QueueArn).cloned()).ok_or_else(
-            || ChannelError::Broker {
-                channel: url.to_owned(),
-                operation: "read queue ARN",
-                detail: "no QueueArn".into(),
-            },
+            || ChannelError::broker(url, "read queue ARN", ErrorKind::Malformed, "the answer has no QueueArn"),
         )
     }
 
@@ -191,7 +187,7 @@ impl SqsConnection {
         }
         let topic_arn = on_gateway_runtime(request.send())
             .await
-            .map_err(|e| broker_error(topic, "create topic", &e))?
+            .map_err(|e| broker_error(topic, "create topic", e))?
             .topic_arn
             .unwrap_or_default();
         let queue_arn = self.queue_arn(queue_url).await?;
@@ -202,7 +198,7 @@ impl SqsConnection {
             .protocol("sqs")
             .endpoint(queue_arn)
             .attributes("RawMessageDelivery", "false");
-        on_gateway_runtime(request.send()).await.map_err(|e| broker_error(topic, "subscribe", &e))?;
+        on_gateway_runtime(request.send()).await.map_err(|e| broker_error(topic, "subscribe", e))?;
         Ok(())
     }
 

@@ -11,7 +11,10 @@ mod factory;
 mod producer;
 
 use crate::blocking::on_gateway_runtime;
-use crate::channel::ChannelError;
+use aws_sdk_sqs::error::{ProvideErrorMetadata, SdkError};
+
+use crate::error::{BoxError, ChannelError, ErrorKind};
+use crate::transport::kit;
 
 pub use channel::{read_sqs_message, Envelope, SqsChannel};
 pub use envelope::read_sns_envelope;
@@ -26,7 +29,32 @@ pub const MAX_WAIT_SECONDS: u64 = 20;
 /// The bag key whose value, when present, becomes a FIFO message's deduplication id.
 pub const DEDUPLICATION_ID_KEY: &str = "messageDeduplicationId";
 
-fn broker_error(channel: &str, operation: &'static str, error: &(dyn std::error::Error + 'static)) -> ChannelError {
-    let detail = aws_sdk_sqs::error::DisplayErrorContext(error).to_string();
-    ChannelError::Broker { channel: channel.to_owned(), operation, detail }
+/// A failed SQS or SNS call, its kind read off the SDK's error.
+fn broker_error<E, R>(channel: &str, operation: &'static str, error: SdkError<E, R>) -> ChannelError
+where
+    E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+    R: std::fmt::Debug + Send + Sync + 'static,
+{
+    let kind = match &error {
+        SdkError::TimeoutError(_) => ErrorKind::Timeout,
+        SdkError::DispatchFailure(failure) if failure.is_timeout() => ErrorKind::Timeout,
+        SdkError::DispatchFailure(_) => ErrorKind::Refused,
+        SdkError::ResponseError(_) => ErrorKind::Malformed,
+        SdkError::ServiceError(_) => match error.code() {
+            Some(code) if code.contains("NonExistentQueue") || code.contains("NotFound") => ErrorKind::NotFound,
+            _ => ErrorKind::Rejected,
+        },
+        _ => ErrorKind::Other,
+    };
+    kit::broker_error(channel, operation, kind, error)
+}
+
+/// A failed send whose error was boxed on the way (building the request, or the call itself).
+fn send_error(channel: &str, operation: &'static str, error: BoxError) -> ChannelError {
+    let kind = if error.downcast_ref::<aws_sdk_sqs::error::BuildError>().is_some() {
+        ErrorKind::Malformed
+    } else {
+        kit::io_kind(&*error).unwrap_or(ErrorKind::Other)
+    };
+    kit::broker_error(channel, operation, kind, error)
 }

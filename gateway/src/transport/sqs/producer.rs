@@ -7,10 +7,12 @@ use std::time::Duration;
 use async_trait::async_trait;
 use aws_sdk_sqs::types::MessageAttributeValue;
 
-use super::{broker_error, on_gateway_runtime, DEDUPLICATION_ID_KEY, MAX_DELAY_SECONDS};
-use crate::channel::{ChannelError, Producer};
+use super::{broker_error, on_gateway_runtime, send_error, DEDUPLICATION_ID_KEY, MAX_DELAY_SECONDS};
+use crate::channel::Producer;
+use crate::error::{ChannelError, ErrorKind};
 use crate::message::Message;
 use crate::transport::attributes::header_attributes;
+use crate::transport::kit;
 
 type SendError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -56,12 +58,8 @@ pub(super) async fn send_to_queue(
 
 /// Whole seconds, rounded up, within SQS's limit; a longer delay is an error, not a shorter wait.
 fn delay_seconds(destination: &str, delay: Duration, fifo: bool) -> Result<u64, ChannelError> {
-    let seconds = delay.as_secs() + u64::from(delay.subsec_nanos() > 0);
-    let refuse = |why: String| ChannelError::Broker {
-        channel: destination.to_owned(),
-        operation: "send with delay",
-        detail: why,
-    };
+    let seconds = kit::whole_seconds(delay);
+    let refuse = |why: String| ChannelError::broker(destination, "send with delay", ErrorKind::Unsupported, why);
     if fifo && seconds > 0 {
         return Err(refuse(
             "SQS FIFO queues take no per-message delay (DelaySeconds); set the queue's delay instead".into(),
@@ -92,7 +90,7 @@ impl SqsProducer {
             return Ok(url.clone());
         }
         let request = self.client.get_queue_url().queue_name(queue);
-        let output = on_gateway_runtime(request.send()).await.map_err(|e| broker_error(queue, "send", &e))?;
+        let output = on_gateway_runtime(request.send()).await.map_err(|e| broker_error(queue, "send", e))?;
         let url = output.queue_url.unwrap_or_default();
         self.urls.lock().unwrap_or_else(|p| p.into_inner()).insert(queue.to_owned(), url.clone());
         Ok(url)
@@ -110,7 +108,7 @@ impl Producer for SqsProducer {
         let fifo = queue.ends_with(".fifo");
         let seconds = delay_seconds(queue, delay, fifo)?;
         let url = self.url(queue).await?;
-        send_to_queue(&self.client, &url, message, seconds, fifo).await.map_err(|e| broker_error(queue, "send", &*e))
+        send_to_queue(&self.client, &url, message, seconds, fifo).await.map_err(|e| send_error(queue, "send", e))
     }
 }
 
@@ -135,7 +133,7 @@ impl SnsProducer {
         if topic.ends_with(".fifo") {
             request = request.attributes("FifoTopic", "true").attributes("ContentBasedDeduplication", "true");
         }
-        let output = on_gateway_runtime(request.send()).await.map_err(|e| broker_error(topic, "send", &e))?;
+        let output = on_gateway_runtime(request.send()).await.map_err(|e| broker_error(topic, "send", e))?;
         let arn = output.topic_arn.unwrap_or_default();
         self.arns.lock().unwrap_or_else(|p| p.into_inner()).insert(topic.to_owned(), arn.clone());
         Ok(arn)
@@ -147,7 +145,7 @@ impl Producer for SnsProducer {
     async fn send(&self, message: &Message) -> Result<(), ChannelError> {
         let topic = &message.header.topic;
         let arn = self.arn(topic).await?;
-        let failed = |e: SendError| broker_error(topic, "send", &*e);
+        let failed = |e: SendError| send_error(topic, "send", e);
         let mut request = self.client.publish().topic_arn(arn).message(text_body(message).map_err(failed)?);
         for (name, value) in header_attributes(message) {
             let attribute = aws_sdk_sns::types::MessageAttributeValue::builder()
@@ -161,17 +159,18 @@ impl Producer for SnsProducer {
             let (group, deduplication) = group_and_deduplication(message);
             request = request.message_group_id(group).message_deduplication_id(deduplication);
         }
-        on_gateway_runtime(request.send()).await.map_err(|e| broker_error(topic, "send", &e))?;
+        on_gateway_runtime(request.send()).await.map_err(|e| broker_error(topic, "send", e))?;
         Ok(())
     }
 
     async fn send_with_delay(&self, message: &Message, delay: Duration) -> Result<(), ChannelError> {
         if !delay.is_zero() {
-            return Err(ChannelError::Broker {
-                channel: message.header.topic.clone(),
-                operation: "send with delay",
-                detail: "SNS has no per-message delay".into(),
-            });
+            return Err(ChannelError::broker(
+                &message.header.topic,
+                "send with delay",
+                ErrorKind::Unsupported,
+                "SNS has no per-message delay",
+            ));
         }
         self.send(message).await
     }

@@ -1,0 +1,101 @@
+//! Tidy tests, in the manner of rust-analyzer's: the architecture invariants of ARCHITECTURE.md
+//! that a reader would otherwise have to take on trust, checked over the source tree.
+
+use std::path::{Path, PathBuf};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+}
+
+fn rust_files(folder: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    let mut pending = vec![folder.to_path_buf()];
+    while let Some(dir) = pending.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                pending.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                files.push(path);
+            }
+        }
+    }
+    files.sort();
+    files
+}
+
+/// The file's lines before its unit tests, numbered from 1: tests may spell out what production
+/// code must not.
+fn production_lines(path: &Path) -> Vec<(usize, String)> {
+    let text = std::fs::read_to_string(path).unwrap();
+    let end = text.find("#[cfg(test)]").unwrap_or(text.len());
+    text[..end].lines().enumerate().map(|(i, l)| (i + 1, l.to_owned())).collect()
+}
+
+fn relative(path: &Path) -> String {
+    path.strip_prefix(root()).unwrap().display().to_string()
+}
+
+/// Lines of transport code that break `rule`, as `file:line: text`.
+fn transport_violations(rule: impl Fn(&str) -> bool) -> Vec<String> {
+    let mut found = Vec::new();
+    for file in rust_files(&root().join("gateway/src/transport")) {
+        for (number, line) in production_lines(&file) {
+            let code = line.split("//").next().unwrap_or_default();
+            if rule(code) {
+                found.push(format!("{}:{number}: {}", relative(&file), line.trim()));
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn transports_name_rejection_keys_through_rejection_keys_never_as_literals() {
+    let keys = ["rejectionReason", "rejectionMessage", "rejectionTimestamp", "originalTopic", "originalMessageType"];
+    let found = transport_violations(|code| keys.iter().any(|key| code.contains(&format!("\"{key}\""))));
+    assert!(found.is_empty(), "use gateway::rejection::keys instead of literals:\n{}", found.join("\n"));
+}
+
+#[test]
+fn transports_never_count_deliveries_the_pump_and_the_broker_do() {
+    let found = transport_violations(|code| {
+        let code = code.replace(' ', "");
+        code.contains("handled_count+") || code.contains(".handled_count=") && !code.contains(".handled_count==")
+    });
+    assert!(
+        found.is_empty(),
+        "a transport resolves the handled count through delivery_count::resolve and never changes it:\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn the_gateway_depends_on_no_harness_crate() {
+    let manifest = std::fs::read_to_string(root().join("gateway/Cargo.toml")).unwrap();
+    let harness =
+        ["providers", "generator", "ledger", "xtask", "generated", "testcontainers", "testcontainers-modules"];
+    let found: Vec<&str> = manifest
+        .lines()
+        .filter_map(|line| line.split(['=', ' ', '.']).next())
+        .filter(|name| harness.contains(name))
+        .collect();
+    assert!(found.is_empty(), "gateway/Cargo.toml names harness crates: {found:?}");
+}
+
+#[test]
+fn every_generated_file_carries_its_header() {
+    let mut files = rust_files(&root().join("generated"));
+    files.push(root().join("generated/Cargo.toml"));
+    files.push(root().join("ledger/LEDGER.md"));
+    files.push(root().join("ledger/MUTANTS.md"));
+    let missing: Vec<String> = files
+        .iter()
+        .filter(|file| {
+            let first = std::fs::read_to_string(file).unwrap().lines().next().unwrap_or_default().to_owned();
+            !["// @generated", "# @generated", "<!-- @generated"].iter().any(|header| first.starts_with(header))
+        })
+        .map(|file| relative(file))
+        .collect();
+    assert!(missing.is_empty(), "generated files without an @generated first line: {missing:?}");
+}
