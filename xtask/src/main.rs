@@ -43,12 +43,16 @@ enum Task {
     #[command(subcommand)]
     Brokers(brokers::BrokersTask),
     /// Run every test: install the local brokers, then `cargo test --workspace --all-features`
+    /// (the generated conformance cells all at once)
     Test {
         /// Where brokers come from (auto, env, containers, local); default: CONFORMANCE_BROKERS, else auto
         #[arg(long, value_enum, value_name = "SOURCE")]
         brokers: Option<conformance::Brokers>,
     },
 }
+
+/// Enough libtest threads for every cell of the largest generated binary (96).
+const CELLS_AT_ONCE: &str = "128";
 
 /// The workspace root: the xtask lives one folder below it.
 pub fn root() -> PathBuf {
@@ -79,13 +83,21 @@ fn test(brokers: Option<conformance::Brokers>) -> Result<()> {
     };
     eprintln!("brokers: {} (each broker-backed test binary says which source it used)", brokers.name());
     brokers::INSTALLABLE.iter().try_for_each(|transport| brokers::install(transport))?;
-    let status = std::process::Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
-        .current_dir(root())
-        .args(["test", "--workspace", "--all-features"])
-        .env(conformance::Brokers::VARIABLE, brokers.name())
-        .status()?;
-    anyhow::ensure!(status.success(), "cargo test --workspace --all-features failed ({status})");
-    Ok(())
+    let cargo_test = |args: &[&str]| -> Result<()> {
+        let status = std::process::Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
+            .current_dir(root())
+            .arg("test")
+            .args(args)
+            .env(conformance::Brokers::VARIABLE, brokers.name())
+            .status()?;
+        anyhow::ensure!(status.success(), "cargo test {} failed ({status})", args.join(" "));
+        Ok(())
+    };
+    cargo_test(&["--workspace", "--all-features", "--exclude", "generated"])?;
+    // The conformance cells wait out their brokers' leases, so each binary runs all its cells at
+    // once, as `cargo xtask conformance` does: with libtest's default of two threads the matrix
+    // would take the sum of its cells, not the slowest.
+    cargo_test(&["--package", "generated", "--all-features", "--", "--test-threads", CELLS_AT_ONCE])
 }
 
 fn main() -> ExitCode {
