@@ -30,8 +30,8 @@ use testcontainers_modules::testcontainers::core::ContainerPort;
 use testcontainers_modules::testcontainers::runners::AsyncRunner;
 use testcontainers_modules::testcontainers::{ContainerAsync, Image, ImageExt};
 
+use crate::broker::{announce, fatal, BrokerContainer, ImageRef};
 use crate::fault::Fault;
-use crate::source::ImageRef;
 
 /// LocalStack's edge port, where SQS and SNS answer.
 pub const LOCALSTACK_PORT: u16 = 4566;
@@ -40,22 +40,6 @@ pub const LOCALSTACK_PORT: u16 = 4566;
 const DAEMON_CEILING: Duration = Duration::from_secs(3);
 /// How long a broker container may take from create to its ready line.
 const STARTUP_CEILING: Duration = Duration::from_secs(120);
-
-/// A broker container that is up. Removed by the exit hook; watched by the watchdog.
-pub struct BrokerContainer {
-    pub transport: &'static str,
-    /// The broker's name in messages, e.g. "Pub/Sub emulator container".
-    pub name: &'static str,
-    pub id: String,
-    /// The host port, on 127.0.0.1, mapped to the broker's port.
-    pub port: u16,
-}
-
-impl BrokerContainer {
-    pub fn short_id(&self) -> &str {
-        &self.id[..self.id.len().min(12)]
-    }
-}
 
 /// Runs `future` on the gateway's runtime from a plain thread, so callers on or off a runtime
 /// (async tests, Reactor threads) may all start a broker.
@@ -188,7 +172,7 @@ fn watchdog(broker: &BrokerContainer, image: &ImageRef) {
             Some(Err(error)) => format!("the engine stopped answering: {error}"),
             None => "the engine ended its wait".into(),
         };
-        crate::source::fatal(
+        fatal(
             transport,
             &format!("the {name} {} (image {image}) died mid-run ({how}); stopping so no cell is recorded", &id[..12]),
         );
@@ -201,7 +185,7 @@ fn kill_soon(broker: &BrokerContainer) {
     let id = broker.id.clone();
     gateway::blocking::runtime().spawn(async move {
         tokio::time::sleep(Duration::from_millis(250)).await;
-        crate::source::announce(&format!("fault kill-broker: killing container {}", &id[..12]));
+        announce(&format!("fault kill-broker: killing container {}", &id[..12]));
         if let Ok(docker) = docker_client_instance().await {
             let _ =
                 docker.kill_container(&id, Some(KillContainerOptionsBuilder::new().signal("SIGKILL").build())).await;
@@ -241,7 +225,7 @@ mod exit_hook {
                 for id in &ids {
                     let options = RemoveContainerOptionsBuilder::new().force(true).v(true).build();
                     if let Err(error) = docker.remove_container(id, Some(options)).await {
-                        crate::source::announce(&format!("could not remove container {id}: {error}"));
+                        announce(&format!("could not remove container {id}: {error}"));
                     }
                 }
             });

@@ -13,9 +13,10 @@ use gateway::transport::gcp::{Consumption, GcpConnection, GcpSubscription};
 use gateway::{Channel, Subscription};
 
 use crate::assertion::FullHeader;
+use crate::broker::ImageRef;
 use crate::cell::{Cell, CellParts, CellSpec, Teardown};
 use crate::local::{self, LocalProcess};
-use crate::source::{self, Definition, ImageRef, Running};
+use crate::source::{self, Definition, Running};
 use crate::Provider;
 
 /// The DeadLetterPolicy's max_delivery_attempts (M) on every cell subscription.

@@ -4,6 +4,7 @@
 //! transport mechanism.
 
 pub mod assertion;
+pub mod broker;
 pub mod cell;
 #[cfg(feature = "containers")]
 pub mod containers;

@@ -14,9 +14,10 @@ use gateway::transport::rocketmq::{RocketMqConnection, RocketMqSubscription};
 use gateway::{Channel, Subscription};
 
 use crate::assertion::FullHeader;
+use crate::broker::ImageRef;
 use crate::cell::{Cell, CellParts, CellSpec};
 use crate::local::{self, LocalProcess};
-use crate::source::{self, Definition, ImageRef, Running};
+use crate::source::{self, Definition, Running};
 use crate::Provider;
 
 /// The lease of a popped message in a cell (the manifest's `lease_ms`): room for FR-2's delay and

@@ -12,12 +12,14 @@
 //!   is built, a daemon answers and the image is already present in the engine (auto never
 //!   pulls, so a machine with Docker but without the image behaves as before); else `local`.
 //!
-//! A source that cannot give a broker stops the test binary at once (see [`fatal`]): it then ends
+//! A source that cannot give a broker stops the test binary at once (see [`fatal`](crate::broker::fatal)): it then ends
 //! without libtest's summary, and `cargo xtask conformance` refuses to touch the ledger.
 
-use std::io::Write;
 use std::time::Instant;
 
+#[cfg(feature = "containers")]
+use crate::broker::BrokerContainer;
+use crate::broker::{announce, fatal, ImageRef};
 use crate::fault::Fault;
 use crate::local::LocalProcess;
 
@@ -55,43 +57,9 @@ impl Choice {
     }
 }
 
-/// An image reference, pinned in the code and overridable by one environment variable
-/// (`name:tag`), for mirrors and for engines that cannot pull (see `cargo xtask brokers images`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ImageRef {
-    pub name: String,
-    pub tag: String,
-    /// The variable that overrides it, named in every message about the image.
-    pub variable: &'static str,
-}
-
-impl ImageRef {
-    pub fn parse(variable: &'static str, value: &str) -> Result<ImageRef, String> {
-        // The tag follows the last ':' unless that ':' is a registry's port ("host:5000/name").
-        match value.rsplit_once(':') {
-            Some((name, tag)) if !name.is_empty() && !tag.is_empty() && !tag.contains('/') => {
-                Ok(ImageRef { name: name.to_owned(), tag: tag.to_owned(), variable })
-            }
-            _ => Err(format!("{variable}={value:?} is not an image reference; expected name:tag, e.g. mirror.example/google/cloud-sdk:362.0.0-emulators")),
-        }
-    }
-
-    /// `default` (`name:tag`) unless `variable` is set.
-    pub fn from_environment(transport: &str, variable: &'static str, default: &str) -> ImageRef {
-        let value = std::env::var(variable).ok().filter(|v| !v.is_empty()).unwrap_or_else(|| default.to_owned());
-        ImageRef::parse(variable, &value).unwrap_or_else(|error| fatal(transport, &error))
-    }
-}
-
-impl std::fmt::Display for ImageRef {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}:{}", self.name, self.tag)
-    }
-}
-
 /// Starts a transport's broker container from its image.
 #[cfg(feature = "containers")]
-pub type StartContainer = fn(&ImageRef) -> Result<crate::containers::BrokerContainer, String>;
+pub type StartContainer = fn(&ImageRef) -> Result<BrokerContainer, String>;
 
 /// One transport's broker, in each of the three sources.
 pub struct Definition {
@@ -113,7 +81,7 @@ pub enum Running {
     /// The value of the endpoint variable, as given.
     Env(String),
     #[cfg(feature = "containers")]
-    Container(crate::containers::BrokerContainer),
+    Container(BrokerContainer),
     Local(LocalProcess),
 }
 
@@ -227,24 +195,6 @@ fn containers_usable(_: &Definition) -> Result<(), String> {
     Err("providers was built without feature `containers`".into())
 }
 
-/// Writes a line to stderr past libtest's output capture (which takes only `eprint!`), so the
-/// run shows it whichever test started the broker.
-pub fn announce(line: &str) {
-    let _ = writeln!(std::io::stderr(), "{line}");
-}
-
-/// Stops the test binary: without a broker no cell can be judged. `cargo xtask conformance` fails
-/// before the ledger is touched both when a binary ends without libtest's summary and when it
-/// sees this line (`error: <transport> broker: …`, [`FATAL_MARK`]): cells that failed for the
-/// broker's sake may finish while the process exits, and must never be recorded.
-pub fn fatal(transport: &str, message: &str) -> ! {
-    announce(&format!("error: {transport} {FATAL_MARK} {message}"));
-    std::process::exit(2)
-}
-
-/// What follows the transport in a [`fatal`] line; `xtask` matches `error: <transport> broker:`.
-pub const FATAL_MARK: &str = "broker:";
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -258,15 +208,5 @@ mod tests {
             error,
             "CONFORMANCE_BROKERS=\"docker\" is not a broker source; valid choices: auto, env, containers, local"
         );
-    }
-
-    #[test]
-    fn an_image_reference_splits_at_the_tag_not_at_a_registry_port() {
-        let image = ImageRef::parse("X", "mirror:5000/google/cloud-sdk:362.0.0-emulators").unwrap();
-        assert_eq!((image.name.as_str(), image.tag.as_str()), ("mirror:5000/google/cloud-sdk", "362.0.0-emulators"));
-        assert!(ImageRef::parse("X", "mirror:5000/google/cloud-sdk")
-            .unwrap_err()
-            .contains("X=\"mirror:5000/google/cloud-sdk\""));
-        assert!(ImageRef::parse("X", "cloud-sdk").is_err());
     }
 }

@@ -13,9 +13,10 @@ use gateway::transport::sqs::{SqsConnection, SqsSubscription};
 use gateway::{Channel, Producer, Subscription};
 
 use crate::assertion::FullHeader;
+use crate::broker::ImageRef;
 use crate::cell::{Cell, CellParts, CellSpec, Teardown};
 use crate::local::{self, LocalProcess};
-use crate::source::{self, Definition, ImageRef, Running};
+use crate::source::{self, Definition, Running};
 use crate::Provider;
 
 /// A cell queue's visibility timeout: the soonest an unsettled message comes back by itself (the
