@@ -57,7 +57,7 @@ fn pumps(c: &mut Criterion) {
                 let handle = Reactor::new(channel, subscription, TextMapper, NoOp).start();
                 wait_for(|| handle.counters().snapshot().acknowledged);
                 total += started.elapsed();
-                handle.stop();
+                handle.stop().expect("the reactor stops");
             }
             total
         })
@@ -77,7 +77,7 @@ fn pumps(c: &mut Criterion) {
                 };
                 wait_for(|| handle.counters().snapshot().acknowledged);
                 total += started.elapsed();
-                runtime.block_on(handle.stop());
+                runtime.block_on(handle.stop()).expect("the proactor stops");
             }
             total
         })

@@ -1,11 +1,17 @@
 //! The message pumps: the Reactor (a blocking loop on its own thread) and the Proactor (a tokio
 //! task). Both call `decide`, the one place that turns a handler's outcome into a channel action,
 //! so their semantics cannot drift; the pump is the only delivery-budget enforcer.
+//!
+//! Both stop through a `CancellationToken`, and their `stop` is bounded: it waits at most a limit
+//! (`STOP_LIMIT` by default, or the one given to `stop_within`) and then reports `PumpStuck`,
+//! naming the message still in the pump's hands, instead of blocking forever.
 
 mod proactor;
 mod reactor;
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::fmt;
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -16,6 +22,10 @@ use crate::subscription::Subscription;
 
 pub use proactor::{Proactor, ProactorHandle};
 pub use reactor::{Reactor, ReactorHandle};
+
+/// How long `stop` gives a pump to finish and settle the message in its hands (the Reactor adds
+/// its subscription's `receive_timeout`: it cannot interrupt a blocking receive).
+pub const STOP_LIMIT: Duration = Duration::from_secs(10);
 
 /// What a handler asks the pump to do with the message it was given.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -162,6 +172,124 @@ impl PumpCounters {
     }
 }
 
+/// Which pump.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PumpKind {
+    Reactor,
+    Proactor,
+}
+
+impl fmt::Display for PumpKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            PumpKind::Reactor => "reactor",
+            PumpKind::Proactor => "proactor",
+        })
+    }
+}
+
+/// What a pump was doing with the message in its hands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stage {
+    /// Mapping it and running the handler.
+    Handling,
+    /// Applying the handler's outcome to the channel.
+    Settling,
+}
+
+impl fmt::Display for Stage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Stage::Handling => "still being handled",
+            Stage::Settling => "still being settled",
+        })
+    }
+}
+
+/// The message a pump was holding when its stop limit passed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InHand {
+    pub message_id: String,
+    pub stage: Stage,
+}
+
+/// A pump that did not end within its stop limit. It has been told to stop; what becomes of it
+/// is up to its kind: a Reactor's thread is left detached to finish on its own, a Proactor's task
+/// is aborted (see `ReactorHandle::stop_within` and `ProactorHandle::stop_within`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the {pump} on channel {channel} did not stop within {waited:?}: {}", describe(.in_hand.as_ref()))]
+pub struct PumpStuck {
+    pub pump: PumpKind,
+    pub channel: String,
+    /// How long `stop` waited.
+    pub waited: Duration,
+    /// The message in the pump's hands when the limit passed; `None` when it held none (a
+    /// Reactor still inside a blocking receive).
+    pub in_hand: Option<InHand>,
+}
+
+fn describe(in_hand: Option<&InHand>) -> String {
+    match in_hand {
+        Some(InHand { message_id, stage }) => format!("message {message_id} is {stage}"),
+        None => "it holds no message (still receiving)".to_owned(),
+    }
+}
+
+/// What the pump thread or task shares with its handle: the counters and the message in hand.
+#[derive(Debug, Default)]
+struct Shared {
+    counters: PumpCounters,
+    in_hand: InHandSlot,
+}
+
+/// The id of the message a pump holds, kept cheaply enough to track every message: the stage is
+/// an atomic, and the id is copied into a buffer that is reused (one uncontended lock per
+/// message, no allocation once the buffer fits the longest id). Only a stop that times out reads it.
+#[derive(Debug, Default)]
+struct InHandSlot {
+    stage: AtomicU8,
+    id: Mutex<String>,
+}
+
+impl InHandSlot {
+    const NONE: u8 = 0;
+    const HANDLING: u8 = 1;
+    const SETTLING: u8 = 2;
+
+    fn handling(&self, message_id: &str) {
+        {
+            let mut id = self.id.lock().unwrap_or_else(PoisonError::into_inner);
+            id.clear();
+            id.push_str(message_id);
+        }
+        self.stage.store(InHandSlot::HANDLING, Ordering::Release);
+    }
+
+    fn settling(&self) {
+        self.stage.store(InHandSlot::SETTLING, Ordering::Release);
+    }
+
+    fn settled(&self) {
+        self.stage.store(InHandSlot::NONE, Ordering::Release);
+    }
+
+    fn get(&self) -> Option<InHand> {
+        let stage = match self.stage.load(Ordering::Acquire) {
+            InHandSlot::HANDLING => Stage::Handling,
+            InHandSlot::SETTLING => Stage::Settling,
+            _ => return None,
+        };
+        let message_id = self.id.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        Some(InHand { message_id, stage })
+    }
+}
+
+impl Shared {
+    fn stuck(&self, pump: PumpKind, channel: &str, waited: Duration) -> PumpStuck {
+        PumpStuck { pump, channel: channel.to_owned(), waited, in_hand: self.in_hand.get() }
+    }
+}
+
 /// Exponential backoff for failing channel calls: 50 ms doubling to 2 s.
 #[derive(Debug)]
 struct Backoff {
@@ -233,6 +361,38 @@ mod tests {
             decide(&mut message, Err(unmappable), &subscription),
             Action::Reject(Some(Rejection { reason: RejectionReason::Unacceptable, .. }))
         ));
+    }
+
+    #[test]
+    fn the_slot_names_the_message_in_hand_and_its_stage() {
+        let slot = InHandSlot::default();
+        assert_eq!(slot.get(), None);
+        slot.handling("a-long-message-id");
+        slot.settling();
+        slot.settled();
+        slot.handling("m-2");
+        assert_eq!(slot.get(), Some(InHand { message_id: "m-2".into(), stage: Stage::Handling }));
+        slot.settling();
+        assert_eq!(slot.get(), Some(InHand { message_id: "m-2".into(), stage: Stage::Settling }));
+        slot.settled();
+        assert_eq!(slot.get(), None);
+    }
+
+    #[test]
+    fn a_stuck_pump_says_which_where_how_long_and_what_it_holds() {
+        let shared = Shared::default();
+        shared.in_hand.handling("m-1");
+        let stuck = shared.stuck(PumpKind::Reactor, "orders", Duration::from_millis(250));
+        assert_eq!(
+            stuck.to_string(),
+            "the reactor on channel orders did not stop within 250ms: message m-1 is still being handled"
+        );
+        shared.in_hand.settled();
+        let stuck = shared.stuck(PumpKind::Proactor, "orders", Duration::from_secs(1));
+        assert_eq!(
+            stuck.to_string(),
+            "the proactor on channel orders did not stop within 1s: it holds no message (still receiving)"
+        );
     }
 
     #[test]

@@ -1,11 +1,14 @@
 //! The Proactor: an async pump on a tokio task.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
 
-use super::{decide, Action, AsyncHandler, Backoff, MessageMapper, PumpCounters, PumpStats};
+use super::{
+    decide, Action, AsyncHandler, Backoff, MessageMapper, PumpCounters, PumpKind, PumpStats, PumpStuck, Shared,
+};
 use crate::channel::Channel;
 use crate::error::ChannelError;
 use crate::message::Message;
@@ -19,23 +22,52 @@ pub struct Proactor<M: MessageMapper, H> {
 }
 
 /// Stops the Proactor: the message in hand is finished and settled before the task ends.
+///
+/// Cancelling ends a pending `receive` at once (the async `Channel::receive` is cancel-safe:
+/// dropping it loses no message) and cuts a backoff sleep short; a handler and a settlement
+/// already under way run to their end.
 pub struct ProactorHandle {
-    stop: Arc<AtomicBool>,
-    counters: Arc<PumpCounters>,
+    token: CancellationToken,
+    shared: Arc<Shared>,
+    channel: String,
     task: JoinHandle<()>,
 }
 
 impl ProactorHandle {
     pub fn counters(&self) -> &PumpCounters {
-        &self.counters
+        &self.shared.counters
     }
 
-    pub async fn stop(self) -> PumpStats {
-        self.stop.store(true, Ordering::SeqCst);
-        if let Err(error) = self.task.await {
-            tracing::error!(%error, "the proactor task failed");
+    /// Stops within `STOP_LIMIT`.
+    pub async fn stop(self) -> Result<PumpStats, PumpStuck> {
+        self.stop_within(super::STOP_LIMIT).await
+    }
+
+    /// Cancels the pump and waits at most `limit` for its task to end (on the runtime's timer).
+    ///
+    /// On `PumpStuck` the task is aborted: unlike a thread, a task can be ended safely at its next
+    /// await, and once `stop` has returned the pump must not settle anything behind its caller's
+    /// back (on a channel being torn down, or against a consumer started in its place). The
+    /// message in hand is left unsettled; the broker redelivers it when its lease lapses, as
+    /// after a crash. A handler that blocks its worker without awaiting is only ended when it
+    /// next awaits.
+    pub async fn stop_within(mut self, limit: Duration) -> Result<PumpStats, PumpStuck> {
+        let started = Instant::now();
+        self.token.cancel();
+        match tokio::time::timeout(limit, &mut self.task).await {
+            Ok(ended) => {
+                if let Err(error) = ended {
+                    tracing::error!(channel = self.channel.as_str(), %error, "the proactor task failed");
+                }
+                Ok(self.shared.counters.snapshot())
+            }
+            Err(_elapsed) => {
+                let stuck = self.shared.stuck(PumpKind::Proactor, &self.channel, started.elapsed());
+                self.task.abort();
+                tracing::error!(%stuck, "the proactor task is aborted");
+                Err(stuck)
+            }
         }
-        self.counters.snapshot()
     }
 }
 
@@ -49,34 +81,46 @@ where
 
     /// Spawns the pump on the current tokio runtime.
     pub fn start(self) -> ProactorHandle {
-        let stop = Arc::new(AtomicBool::new(false));
-        let counters = Arc::new(PumpCounters::default());
-        let (pump_stop, pump_counters) = (stop.clone(), counters.clone());
-        let task = tokio::spawn(async move { self.run(&pump_stop, &pump_counters).await });
-        ProactorHandle { stop, counters, task }
+        let token = CancellationToken::new();
+        let shared = Arc::new(Shared::default());
+        let channel = self.channel.name().to_owned();
+        let (pump_token, pump_shared) = (token.clone(), shared.clone());
+        let task = tokio::spawn(async move { self.run(&pump_token, &pump_shared).await });
+        ProactorHandle { token, shared, channel, task }
     }
 
-    async fn run(self, stop: &AtomicBool, counters: &PumpCounters) {
+    async fn run(self, token: &CancellationToken, shared: &Shared) {
+        let counters = &shared.counters;
         let mut backoff = Backoff::new();
-        while !stop.load(Ordering::SeqCst) {
-            let mut message = match self.channel.receive(self.subscription.receive_timeout).await {
+        while !token.is_cancelled() {
+            // Receive first: a message already waiting is taken without polling the token's
+            // future (the loop's check has just seen it uncancelled).
+            let received = tokio::select! {
+                biased;
+                received = self.channel.receive(self.subscription.receive_timeout) => received,
+                () = token.cancelled() => break,
+            };
+            let mut message = match received {
                 Ok(Some(message)) => message,
                 Ok(None) => continue,
                 Err(error) => {
                     counters.failed();
                     tracing::warn!(channel = self.channel.name(), %error, "receive failed; retrying");
-                    tokio::time::sleep(backoff.next_delay()).await;
+                    pause(backoff.next_delay(), token).await;
                     continue;
                 }
             };
             backoff.reset();
             counters.received();
+            shared.in_hand.handling(message.id());
             let dispatch = match self.mapper.map(&message) {
                 Ok(request) => Ok(self.handler.handle(request).await),
                 Err(error) => Err(error),
             };
             let action = decide(&mut message, dispatch, &self.subscription);
-            self.settle(&message, &action, stop, counters).await;
+            shared.in_hand.settling();
+            self.settle(&message, &action, token, counters).await;
+            shared.in_hand.settled();
             // A channel that always has a message ready never returns Pending; spend tokio's
             // cooperative budget so the pump yields now and then and cannot starve its worker
             // (or block the runtime's shutdown), without paying for a yield on every message.
@@ -85,7 +129,7 @@ where
     }
 
     /// As the Reactor's: retry with backoff, release on stop rather than drop.
-    async fn settle(&self, message: &Message, action: &Action, stop: &AtomicBool, counters: &PumpCounters) {
+    async fn settle(&self, message: &Message, action: &Action, token: &CancellationToken, counters: &PumpCounters) {
         let mut backoff = Backoff::new();
         loop {
             let result = match action {
@@ -102,15 +146,24 @@ where
                 Err(error) => {
                     counters.failed();
                     tracing::warn!(channel = self.channel.name(), message_id = message.id(), %error, "settling failed");
-                    if stop.load(Ordering::SeqCst) {
+                    if token.is_cancelled() {
                         if let Err(error) = self.channel.nack(message).await {
                             tracing::error!(message_id = message.id(), %error, "release on stop failed; the broker's lease will redeliver it");
                         }
                         return;
                     }
-                    tokio::time::sleep(backoff.next_delay()).await;
+                    // Cut short by a stop: the next attempt, if it fails, releases the message.
+                    pause(backoff.next_delay(), token).await;
                 }
             }
         }
+    }
+}
+
+/// Sleeps for `delay`, or until the token is cancelled.
+async fn pause(delay: Duration, token: &CancellationToken) {
+    tokio::select! {
+        () = tokio::time::sleep(delay) => {}
+        () = token.cancelled() => {}
     }
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use gateway::blocking::runtime;
-use gateway::pump::Outcome;
+use gateway::pump::{InHand, Outcome, PumpKind, Stage};
 use gateway::rejection::keys;
 use gateway::transport::memory::MemoryBroker;
 use gateway::{BagValue, Channel, Message, MessageType, Rejection, Subscription};
@@ -199,6 +199,65 @@ fn a_message_that_cannot_be_settled_is_released_on_stop(#[values(Pump::Reactor, 
     assert_eq!(released[0].id(), sent.id());
 }
 
+#[rstest]
+fn a_handler_that_outlasts_the_stop_limit_is_reported_with_its_message(
+    #[values(Pump::Reactor, Pump::Proactor)] pump: Pump,
+) {
+    let broker = MemoryBroker::new();
+    let sent = send(&broker, b"slow");
+    let handler = Scripted::new(vec![Outcome::Handled]).pausing(Duration::from_millis(1500));
+    let subscription = subscription(3);
+    let running = start(pump, channel(&broker, &subscription), subscription, handler.clone());
+    assert!(eventually(CEILING, || broker.in_flight(SOURCE) == 1), "the message was never received");
+
+    let stuck = running.stop_within(Duration::from_millis(200)).expect_err("the handler is still sleeping");
+    let kind = match pump {
+        Pump::Reactor => PumpKind::Reactor,
+        Pump::Proactor => PumpKind::Proactor,
+    };
+    assert_eq!((stuck.pump, stuck.channel.as_str()), (kind, SOURCE));
+    assert_eq!(stuck.in_hand, Some(InHand { message_id: sent.id().to_owned(), stage: Stage::Handling }));
+    assert!(stuck.waited >= Duration::from_millis(200), "waited {:?}", stuck.waited);
+    assert!(stuck.to_string().contains(sent.id()), "{stuck}");
+    match pump {
+        // The detached thread finishes the message on its own and settles it.
+        Pump::Reactor => {
+            assert!(eventually(CEILING, || broker.in_flight(SOURCE) == 0), "the detached reactor never settled");
+            assert_eq!(handler.dispatches(sent.id()), [0]);
+            assert_eq!(broker.waiting(SOURCE), 0, "acknowledged, not released");
+        }
+        // The task was aborted mid-handler: the message is left to the broker's lease.
+        Pump::Proactor => {
+            assert_eq!(handler.total_dispatches(), 0, "the aborted handler never finished");
+            assert_eq!(broker.in_flight(SOURCE), 1);
+        }
+    }
+}
+
+#[test]
+fn a_proactor_stops_at_once_while_waiting_on_an_empty_channel() {
+    // A 30 s receive timeout: the stop must end the pending receive, not wait it out.
+    let broker = MemoryBroker::new();
+    let subscription = subscription(3).with_receive_timeout(Duration::from_secs(30));
+    let running =
+        start(Pump::Proactor, channel(&broker, &subscription), subscription, Scripted::new(vec![Outcome::Handled]));
+    std::thread::sleep(Duration::from_millis(50)); // inside its receive
+    let stats = running.stop_within(Duration::from_secs(10)).expect("the pending receive is cancelled");
+    assert_eq!(stats.received, 0);
+}
+
+#[test]
+fn a_reactor_inside_a_blocking_receive_is_reported_holding_no_message() {
+    // The Reactor cannot interrupt a receive: a limit below the receive timeout can expire in it.
+    let broker = MemoryBroker::new();
+    let subscription = subscription(3).with_receive_timeout(Duration::from_secs(2));
+    let running =
+        start(Pump::Reactor, channel(&broker, &subscription), subscription, Scripted::new(vec![Outcome::Handled]));
+    std::thread::sleep(Duration::from_millis(50)); // inside its receive
+    let stuck = running.stop_within(Duration::from_millis(100)).expect_err("the receive outlasts the limit");
+    assert_eq!((stuck.pump, stuck.in_hand), (PumpKind::Reactor, None));
+}
+
 #[test]
 fn a_busy_proactor_yields_to_other_tasks_on_its_runtime() {
     // A message always ready (unlimited budget, requeued at once) must not starve the runtime:
@@ -217,7 +276,7 @@ fn a_busy_proactor_yields_to_other_tasks_on_its_runtime() {
         .start();
         let timer = tokio::time::timeout(Duration::from_secs(5), tokio::time::sleep(Duration::from_millis(50))).await;
         assert!(timer.is_ok(), "the timer beside the pump never fired");
-        let stats = pump.stop().await;
+        let stats = pump.stop().await.expect("the pump stops");
         assert!(stats.requeued > 0);
     });
 }

@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use gateway::pump::{
-    AsyncHandler, Handler, MappingError, MessageMapper, Outcome, Proactor, ProactorHandle, PumpStats, Reactor,
-    ReactorHandle,
+    AsyncHandler, Handler, MappingError, MessageMapper, Outcome, Proactor, ProactorHandle, PumpStats, PumpStuck,
+    Reactor, ReactorHandle,
 };
 use gateway::{Blocking, Channel, ChannelError, Message, Rejection, Subscription};
 
@@ -93,10 +93,19 @@ pub enum Running {
 }
 
 impl Running {
+    /// Stops within the default limit; a pump that does not is a failure.
     pub fn stop(self) -> PumpStats {
-        match self {
+        let stopped = match self {
             Running::Reactor(handle) => handle.stop(),
             Running::Proactor(handle, runtime) => runtime.block_on(handle.stop()),
+        };
+        stopped.unwrap_or_else(|stuck| panic!("{stuck}"))
+    }
+
+    pub fn stop_within(self, limit: Duration) -> Result<PumpStats, PumpStuck> {
+        match self {
+            Running::Reactor(handle) => handle.stop_within(limit),
+            Running::Proactor(handle, runtime) => runtime.block_on(handle.stop_within(limit)),
         }
     }
 }
