@@ -1,7 +1,7 @@
 //! What a broker source (`source`) and the container starters (`containers`) share, in a leaf
 //! module that depends on neither: the pinned, overridable [`ImageRef`], a started
 //! [`BrokerContainer`], and how a test binary speaks about its broker ([`announce`]) or stops
-//! for it ([`fatal`]).
+//! for it ([`fatal`], with any of the typed errors of `source`, `containers` or this module).
 
 use std::io::Write;
 
@@ -16,13 +16,13 @@ pub struct ImageRef {
 }
 
 impl ImageRef {
-    pub fn parse(variable: &'static str, value: &str) -> Result<ImageRef, String> {
+    pub fn parse(variable: &'static str, value: &str) -> Result<ImageRef, ImageRefError> {
         // The tag follows the last ':' unless that ':' is a registry's port ("host:5000/name").
         match value.rsplit_once(':') {
             Some((name, tag)) if !name.is_empty() && !tag.is_empty() && !tag.contains('/') => {
                 Ok(ImageRef { name: name.to_owned(), tag: tag.to_owned(), variable })
             }
-            _ => Err(format!("{variable}={value:?} is not an image reference; expected name:tag, e.g. mirror.example/google/cloud-sdk:362.0.0-emulators")),
+            _ => Err(ImageRefError { variable, value: value.to_owned() }),
         }
     }
 
@@ -31,6 +31,16 @@ impl ImageRef {
         let value = std::env::var(variable).ok().filter(|v| !v.is_empty()).unwrap_or_else(|| default.to_owned());
         ImageRef::parse(variable, &value).unwrap_or_else(|error| fatal(transport, &error))
     }
+}
+
+/// A value of an image variable that is not `name:tag`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "{variable}={value:?} is not an image reference; expected name:tag, e.g. mirror.example/google/cloud-sdk:362.0.0-emulators"
+)]
+pub struct ImageRefError {
+    pub variable: &'static str,
+    pub value: String,
 }
 
 impl std::fmt::Display for ImageRef {
@@ -68,8 +78,8 @@ pub fn announce(line: &str) {
 /// before the ledger is touched both when a binary ends without libtest's summary and when it
 /// sees this line (`error: <transport> broker: …`, [`FATAL_MARK`]): cells that failed for the
 /// broker's sake may finish while the process exits, and must never be recorded.
-pub fn fatal(transport: &str, message: &str) -> ! {
-    announce(&format!("error: {transport} {FATAL_MARK} {message}"));
+pub fn fatal(transport: &str, error: &dyn std::fmt::Display) -> ! {
+    announce(&format!("error: {transport} {FATAL_MARK} {error}"));
     std::process::exit(2)
 }
 
@@ -86,6 +96,7 @@ mod tests {
         assert_eq!((image.name.as_str(), image.tag.as_str()), ("mirror:5000/google/cloud-sdk", "362.0.0-emulators"));
         assert!(ImageRef::parse("X", "mirror:5000/google/cloud-sdk")
             .unwrap_err()
+            .to_string()
             .contains("X=\"mirror:5000/google/cloud-sdk\""));
         assert!(ImageRef::parse("X", "cloud-sdk").is_err());
     }

@@ -26,6 +26,7 @@ use testcontainers_modules::testcontainers::bollard::query_parameters::{
 };
 use testcontainers_modules::testcontainers::bollard::Docker;
 use testcontainers_modules::testcontainers::core::client::docker_client_instance;
+use testcontainers_modules::testcontainers::core::error::{ClientError, TestcontainersError};
 use testcontainers_modules::testcontainers::core::ContainerPort;
 use testcontainers_modules::testcontainers::runners::AsyncRunner;
 use testcontainers_modules::testcontainers::{ContainerAsync, Image, ImageExt};
@@ -41,6 +42,54 @@ const DAEMON_CEILING: Duration = Duration::from_secs(3);
 /// How long a broker container may take from create to its ready line.
 const STARTUP_CEILING: Duration = Duration::from_secs(120);
 
+/// Why `auto` may not use containers, said in the run's source line.
+#[derive(Debug, thiserror::Error)]
+pub enum Unusable {
+    #[error("no Docker client: {0}")]
+    NoClient(ClientError),
+    #[error("no Docker daemon answered ({0})")]
+    NoDaemon(BollardError),
+    #[error("no Docker daemon answered within {0:?}")]
+    NoAnswer(Duration),
+    #[error("image {image} is not in the engine (pull it{})", pull_hint(.stand_in))]
+    ImageMissing { image: ImageRef, stand_in: Option<&'static str> },
+}
+
+/// Why a broker container gives no broker; each names the container and its image or id.
+#[derive(Debug, thiserror::Error)]
+pub enum ContainerError {
+    #[error(
+        "the {name} (image {image}) did not start: {error}; is a Docker daemon running, and is the image \
+         present or pullable? Set {} to a mirror{}",
+        .image.variable,
+        start_hint(.stand_in)
+    )]
+    DidNotStart { name: &'static str, image: ImageRef, stand_in: Option<&'static str>, error: TestcontainersError },
+    #[error("the {name} {id} has no port mapped for {port}: {error}")]
+    NoPort { name: &'static str, id: String, port: u16, error: TestcontainersError },
+    #[error("the {name} {short_id} (image {image}) died mid-run ({how}); stopping so no cell is recorded")]
+    Died { name: &'static str, short_id: String, image: ImageRef, how: Death },
+}
+
+/// How a broker container stopped, as the engine tells it.
+#[derive(Debug, thiserror::Error)]
+pub enum Death {
+    #[error("exit code {0}")]
+    Exited(i64),
+    #[error("the engine stopped answering: {0}")]
+    EngineStopped(BollardError),
+    #[error("the engine ended its wait")]
+    WaitEnded,
+}
+
+fn pull_hint(stand_in: &Option<&'static str>) -> String {
+    stand_in.map(|how| format!(", or build the stand-in with {how}")).unwrap_or_default()
+}
+
+fn start_hint(stand_in: &Option<&'static str>) -> String {
+    stand_in.map(|how| format!(" or to the stand-in built by {how}")).unwrap_or_default()
+}
+
 /// Runs `future` on the gateway's runtime from a plain thread, so callers on or off a runtime
 /// (async tests, Reactor threads) may all start a broker.
 fn on_runtime<T: Send + 'static>(future: impl std::future::Future<Output = T> + Send + 'static) -> T {
@@ -49,25 +98,18 @@ fn on_runtime<T: Send + 'static>(future: impl std::future::Future<Output = T> + 
 
 /// Whether `auto` may use containers: a daemon answers within 3 s and `image` is present in the
 /// engine (auto never pulls). The error says why not, for the run's source line.
-pub fn usable(image: &ImageRef) -> Result<(), String> {
-    let reference = image.to_string();
-    let hint = match stand_in(image) {
-        Some(stand_in) => format!(", or build the stand-in with {stand_in}"),
-        None => String::new(),
-    };
+pub fn usable(image: &ImageRef) -> Result<(), Unusable> {
+    let image = image.clone();
     on_runtime(async move {
         let check = async {
-            let docker = docker_client_instance().await.map_err(|e| format!("no Docker client: {e}"))?;
-            docker.ping().await.map_err(|e| format!("no Docker daemon answered ({e})"))?;
-            docker
-                .inspect_image(&reference)
-                .await
-                .map(drop)
-                .map_err(|_| format!("image {reference} is not in the engine (pull it{hint})"))
+            let docker = docker_client_instance().await.map_err(Unusable::NoClient)?;
+            docker.ping().await.map_err(Unusable::NoDaemon)?;
+            match docker.inspect_image(&image.to_string()).await {
+                Ok(_) => Ok(()),
+                Err(_) => Err(Unusable::ImageMissing { stand_in: stand_in(&image), image }),
+            }
         };
-        tokio::time::timeout(DAEMON_CEILING, check)
-            .await
-            .unwrap_or_else(|_| Err(format!("no Docker daemon answered within {DAEMON_CEILING:?}")))
+        tokio::time::timeout(DAEMON_CEILING, check).await.unwrap_or(Err(Unusable::NoAnswer(DAEMON_CEILING)))
     })
 }
 
@@ -96,15 +138,13 @@ async fn start<I: Image + 'static>(
     request: impl Into<testcontainers_modules::testcontainers::ContainerRequest<I>>,
     reference: &ImageRef,
     ports: &'static [u16],
-) -> Result<BrokerContainer, String> {
+) -> Result<BrokerContainer, ContainerError> {
     let request = request.into().with_host_config_modifier(loopback_only(ports)).with_startup_timeout(STARTUP_CEILING);
-    let container: ContainerAsync<I> = request.start().await.map_err(|error| {
-        let stand_in = stand_in(reference).map(|how| format!(" or to the stand-in built by {how}")).unwrap_or_default();
-        format!(
-            "the {name} (image {reference}) did not start: {error}; is a Docker daemon running, and is the image \
-             present or pullable? Set {} to a mirror{stand_in}",
-            reference.variable
-        )
+    let container: ContainerAsync<I> = request.start().await.map_err(|error| ContainerError::DidNotStart {
+        name,
+        image: reference.clone(),
+        stand_in: stand_in(reference),
+        error,
     })?;
     let id = container.id().to_owned();
     exit_hook::register(&id);
@@ -112,7 +152,10 @@ async fn start<I: Image + 'static>(
     // which would need a runtime at a moment process exit does not offer.
     let port = container.get_host_port_ipv4(ContainerPort::Tcp(ports[0])).await;
     std::mem::forget(container);
-    let port = port.map_err(|error| format!("the {name} {id} has no port mapped for {}: {error}", ports[0]))?;
+    let port = match port {
+        Ok(port) => port,
+        Err(error) => return Err(ContainerError::NoPort { name, id, port: ports[0], error }),
+    };
     let broker = BrokerContainer { transport, name, id, port };
     watchdog(&broker, reference);
     if Fault::from_environment() == Some(Fault::KillBroker) {
@@ -122,14 +165,14 @@ async fn start<I: Image + 'static>(
 }
 
 /// The Cloud SDK Pub/Sub emulator (or a stand-in image with the same interface).
-pub fn pubsub(image: &ImageRef) -> Result<BrokerContainer, String> {
+pub fn pubsub(image: &ImageRef) -> Result<BrokerContainer, ContainerError> {
     let request = CloudSdk::pubsub().with_name(&image.name).with_tag(&image.tag);
     let image = image.clone();
     on_runtime(async move { start("gcp", "Pub/Sub emulator container", request, &image, &[PUBSUB_PORT]).await })
 }
 
 /// LocalStack, for SQS and SNS.
-pub fn localstack(image: &ImageRef) -> Result<BrokerContainer, String> {
+pub fn localstack(image: &ImageRef) -> Result<BrokerContainer, ContainerError> {
     let request = LocalStack::default().with_name(&image.name).with_tag(&image.tag).with_env_var("SERVICES", "sqs,sns");
     let image = image.clone();
     on_runtime(async move { start("sqs", "localstack container", request, &image, &[LOCALSTACK_PORT]).await })
@@ -141,7 +184,7 @@ pub fn localstack(image: &ImageRef) -> Result<BrokerContainer, String> {
 /// 1. pin three images as constants with their override variables, e.g.
 ///    `ROCKETMQ_IMAGE = "apache/rocketmq:<5.x tag>"` / `CONFORMANCE_ROCKETMQ_IMAGE` (the name
 ///    server, broker and proxy all run from that image with different commands);
-/// 2. write `pub fn rocketmq(image: &ImageRef) -> Result<BrokerContainer, String>` that creates
+/// 2. write `pub fn rocketmq(image: &ImageRef) -> Result<BrokerContainer, ContainerError>` that creates
 ///    one network (`ImageExt::with_network`, a unique name), starts the name server
 ///    (`GenericImage` waiting on its ready line), then the broker pointing at it, then the proxy,
 ///    each through [`start`] so every container is removed at exit and watched; return the
@@ -157,7 +200,7 @@ pub mod rocketmq {}
 /// after that would fail for the broker's sake, not the gateway's, and a binary that ends without
 /// libtest's summary leaves the ledger untouched.
 fn watchdog(broker: &BrokerContainer, image: &ImageRef) {
-    let (id, name, transport, image) = (broker.id.clone(), broker.name, broker.transport, image.to_string());
+    let (id, name, transport, image) = (broker.id.clone(), broker.name, broker.transport, image.clone());
     gateway::blocking::runtime().spawn(async move {
         let Ok(docker) = docker_client_instance().await else { return };
         // Yields once, when the container stops for any reason.
@@ -166,16 +209,13 @@ fn watchdog(broker: &BrokerContainer, image: &ImageRef) {
             return;
         }
         let how = match outcome {
-            Some(Ok(response)) => format!("exit code {}", response.status_code),
+            Some(Ok(response)) => Death::Exited(response.status_code),
             // bollard reports a non-zero exit as an error; SIGKILL is 137.
-            Some(Err(BollardError::DockerContainerWaitError { code, .. })) => format!("exit code {code}"),
-            Some(Err(error)) => format!("the engine stopped answering: {error}"),
-            None => "the engine ended its wait".into(),
+            Some(Err(BollardError::DockerContainerWaitError { code, .. })) => Death::Exited(code),
+            Some(Err(error)) => Death::EngineStopped(error),
+            None => Death::WaitEnded,
         };
-        fatal(
-            transport,
-            &format!("the {name} {} (image {image}) died mid-run ({how}); stopping so no cell is recorded", &id[..12]),
-        );
+        fatal(transport, &ContainerError::Died { name, short_id: id[..12].to_owned(), image, how });
     });
 }
 

@@ -31,20 +31,31 @@ pub struct LocalProcess {
     _stdin: ChildStdin,
 }
 
+/// Why a local broker did not come up; each names the broker, and says how to install it or
+/// what it printed.
+#[derive(Debug, thiserror::Error)]
+pub enum LocalError {
+    #[error("cannot start {name} ({error}); run `cargo xtask brokers install {transport}` first")]
+    Spawn { name: &'static str, transport: &'static str, error: std::io::Error },
+    #[error("{name} did not report ready within {ceiling:?}; its output:\n{}", .output.join("\n"))]
+    NotReady { name: &'static str, ceiling: Duration, output: Vec<String> },
+}
+
 /// Starts `command` and waits up to `ceiling` for a stdout line starting with `ready`.
-/// Panics with the broker's name, its output and the install command when it does not come up.
 pub fn start(
     name: &'static str,
-    transport: &str,
+    transport: &'static str,
     mut command: Command,
     port: u16,
     ready: &str,
     ceiling: Duration,
-) -> LocalProcess {
-    let mut child =
-        command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::inherit()).spawn().unwrap_or_else(|error| {
-            panic!("cannot start {name} ({error}); run `cargo xtask brokers install {transport}` first")
-        });
+) -> Result<LocalProcess, LocalError> {
+    let mut child = command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .map_err(|error| LocalError::Spawn { name, transport, error })?;
     let stdout = child.stdout.take().expect("piped");
     let (lines, received) = mpsc::channel();
     std::thread::spawn(move || {
@@ -54,14 +65,28 @@ pub fn start(
             }
         }
     });
-    let mut seen = Vec::new();
+    let mut output = Vec::new();
     loop {
         match received.recv_timeout(ceiling) {
             Ok(line) if line.starts_with(ready) => break,
-            Ok(line) => seen.push(line),
-            Err(_) => panic!("{name} did not report ready within {ceiling:?}; its output:\n{}", seen.join("\n")),
+            Ok(line) => output.push(line),
+            Err(_) => return Err(LocalError::NotReady { name, ceiling, output }),
         }
     }
     let stdin = child.stdin.take().expect("piped");
-    LocalProcess { name, port, _child: child, _stdin: stdin }
+    Ok(LocalProcess { name, port, _child: child, _stdin: stdin })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_broker_that_cannot_start_names_its_install_command() {
+        let command = Command::new("/nonexistent/conformance-broker");
+        let error = start("moto", "sqs", command, 1, "ready", Duration::from_secs(1)).err().expect("no such program");
+        let message = error.to_string();
+        assert!(message.starts_with("cannot start moto ("), "{message}");
+        assert!(message.ends_with("); run `cargo xtask brokers install sqs` first"), "{message}");
+    }
 }

@@ -16,7 +16,7 @@ use gateway::{Channel, Subscription};
 use crate::assertion::FullHeader;
 use crate::broker::ImageRef;
 use crate::cell::{Cell, CellParts, CellSpec};
-use crate::local::{self, LocalProcess};
+use crate::local::{self, LocalError, LocalProcess};
 use crate::source::{self, Definition, Running};
 use crate::Provider;
 
@@ -42,7 +42,7 @@ fn free_broker_port() -> u16 {
 }
 
 /// The local broker; its process's port is the name server's, the address clients start from.
-fn start_launcher() -> LocalProcess {
+fn start_launcher() -> Result<LocalProcess, LocalError> {
     let install = local::install_dir("rocketmq");
     let (name_server_port, broker_port) = (local::free_loopback_port(), free_broker_port());
     let work = install.join("run").join(broker_port.to_string());

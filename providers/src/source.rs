@@ -20,8 +20,10 @@ use std::time::Instant;
 #[cfg(feature = "containers")]
 use crate::broker::BrokerContainer;
 use crate::broker::{announce, fatal, ImageRef};
+#[cfg(feature = "containers")]
+use crate::containers::{ContainerError, Unusable};
 use crate::fault::Fault;
-use crate::local::LocalProcess;
+use crate::local::{LocalError, LocalProcess};
 
 /// The variable that picks the source.
 pub const VARIABLE: &str = "CONFORMANCE_BROKERS";
@@ -34,18 +36,23 @@ pub enum Choice {
     Local,
 }
 
+/// A value of [`VARIABLE`] that names no source.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}={value:?} is not a broker source; valid choices: {}", VARIABLE, Choice::NAMES.join(", "))]
+pub struct UnknownChoice {
+    pub value: String,
+}
+
 impl Choice {
     pub const NAMES: [&'static str; 4] = ["auto", "env", "containers", "local"];
 
-    pub fn parse(value: &str) -> Result<Choice, String> {
+    pub fn parse(value: &str) -> Result<Choice, UnknownChoice> {
         match value {
             "" | "auto" => Ok(Choice::Auto),
             "env" => Ok(Choice::Env),
             "containers" => Ok(Choice::Containers),
             "local" => Ok(Choice::Local),
-            other => {
-                Err(format!("{VARIABLE}={other:?} is not a broker source; valid choices: {}", Choice::NAMES.join(", ")))
-            }
+            other => Err(UnknownChoice { value: other.to_owned() }),
         }
     }
 
@@ -57,9 +64,44 @@ impl Choice {
     }
 }
 
+/// Why the chosen source gives no broker: [`start`] stops the binary with it.
+#[derive(Debug, thiserror::Error)]
+pub enum SourceError {
+    #[error(
+        "{}=env but {variable} is unset; set it to the broker's endpoint, or choose another source (valid choices: {})",
+        VARIABLE,
+        Choice::NAMES.join(", ")
+    )]
+    EnvUnset { variable: &'static str },
+    #[error("{}=containers but {transport} has no container definition; choose env or local", VARIABLE)]
+    NoContainerDefinition { transport: &'static str },
+    #[error(
+        "{}=containers but providers was built without its feature `containers`; build with --features providers/containers, or choose env or local",
+        VARIABLE
+    )]
+    ContainersNotBuilt,
+    #[cfg(feature = "containers")]
+    #[error(transparent)]
+    Container(#[from] ContainerError),
+    #[error("CONFORMANCE_FAULT=kill-broker needs a broker from containers, not from {given}")]
+    KillBrokerNeedsContainers { given: &'static str },
+}
+
+/// Why `auto` did not use containers, said in the run's source line (then a local process runs).
+#[derive(Debug, thiserror::Error)]
+pub enum AutoDeclined {
+    #[error("{transport} has no container definition")]
+    NoContainerDefinition { transport: &'static str },
+    #[error("providers was built without feature `containers`")]
+    NotBuilt,
+    #[cfg(feature = "containers")]
+    #[error(transparent)]
+    Unusable(#[from] Unusable),
+}
+
 /// Starts a transport's broker container from its image.
 #[cfg(feature = "containers")]
-pub type StartContainer = fn(&ImageRef) -> Result<BrokerContainer, String>;
+pub type StartContainer = fn(&ImageRef) -> Result<BrokerContainer, ContainerError>;
 
 /// One transport's broker, in each of the three sources.
 pub struct Definition {
@@ -73,7 +115,7 @@ pub struct Definition {
     #[cfg(feature = "containers")]
     pub container: Option<StartContainer>,
     /// Starts the local process.
-    pub local: fn() -> LocalProcess,
+    pub local: fn() -> Result<LocalProcess, LocalError>,
 }
 
 /// A broker that is up: where it is, and what keeps it alive for the binary's life.
@@ -99,31 +141,13 @@ impl Running {
 
 /// Resolves the source for `definition`, starts the broker and says on stderr which source it
 /// came from (one line per transport and binary, e.g. `gcp: broker from local (pstest …)`).
+/// A source that gives no broker stops the binary (a [`SourceError`] in a [`fatal`] line).
 pub fn start(definition: &Definition) -> Running {
     let transport = definition.transport;
     let endpoint = std::env::var(definition.endpoint_variable).ok().filter(|v| !v.is_empty());
     let choice = Choice::from_environment(transport);
     let started = Instant::now();
-    let (running, detail) = match (choice, endpoint) {
-        (Choice::Env | Choice::Auto, Some(endpoint)) => {
-            let detail = format!("{}={endpoint}", definition.endpoint_variable);
-            (Running::Env(endpoint), detail)
-        }
-        (Choice::Env, None) => fatal(
-            transport,
-            &format!(
-                "{VARIABLE}=env but {} is unset; set it to the broker's endpoint, or choose another source (valid choices: {})",
-                definition.endpoint_variable,
-                Choice::NAMES.join(", ")
-            ),
-        ),
-        (Choice::Containers, _) => start_container(definition),
-        (Choice::Local, _) => start_local(definition, None),
-        (Choice::Auto, None) => match containers_usable(definition) {
-            Ok(()) => start_container(definition),
-            Err(why) => start_local(definition, Some(why)),
-        },
-    };
+    let (running, detail) = resolve(definition, choice, endpoint).unwrap_or_else(|error| fatal(transport, &error));
     let source = match &running {
         Running::Env(_) => "env",
         #[cfg(feature = "containers")]
@@ -131,7 +155,7 @@ pub fn start(definition: &Definition) -> Running {
         Running::Local(_) => "local",
     };
     if Fault::from_environment() == Some(Fault::KillBroker) && source != "containers" {
-        fatal(transport, &format!("CONFORMANCE_FAULT=kill-broker needs a broker from containers, not from {source}"));
+        fatal(transport, &SourceError::KillBrokerNeedsContainers { given: source });
     }
     announce(&format!(
         "{transport}: broker from {source} ({detail}; ready in {:.1} s)",
@@ -140,8 +164,30 @@ pub fn start(definition: &Definition) -> Running {
     running
 }
 
-fn start_local(definition: &Definition, auto_declined: Option<String>) -> (Running, String) {
-    let process = (definition.local)();
+/// The broker from the chosen source, with the detail the source line gives.
+fn resolve(
+    definition: &Definition,
+    choice: Choice,
+    endpoint: Option<String>,
+) -> Result<(Running, String), SourceError> {
+    match (choice, endpoint) {
+        (Choice::Env | Choice::Auto, Some(endpoint)) => {
+            let detail = format!("{}={endpoint}", definition.endpoint_variable);
+            Ok((Running::Env(endpoint), detail))
+        }
+        (Choice::Env, None) => Err(SourceError::EnvUnset { variable: definition.endpoint_variable }),
+        (Choice::Containers, _) => start_container(definition),
+        (Choice::Local, _) => Ok(start_local(definition, None)),
+        (Choice::Auto, None) => match containers_usable(definition) {
+            Ok(()) => start_container(definition),
+            Err(why) => Ok(start_local(definition, Some(why))),
+        },
+    }
+}
+
+/// A local process that does not come up panics (naming it and the install command).
+fn start_local(definition: &Definition, auto_declined: Option<AutoDeclined>) -> (Running, String) {
+    let process = (definition.local)().unwrap_or_else(|error| panic!("{error}"));
     let mut detail = format!("{} on 127.0.0.1:{}", process.name, process.port);
     if let Some(why) = auto_declined {
         detail.push_str(&format!("; auto did not use containers: {why}"));
@@ -150,49 +196,30 @@ fn start_local(definition: &Definition, auto_declined: Option<String>) -> (Runni
 }
 
 #[cfg(feature = "containers")]
-fn start_container(definition: &Definition) -> (Running, String) {
-    let Some(container) = definition.container else {
-        fatal(
-            definition.transport,
-            &format!(
-                "{VARIABLE}=containers but {} has no container definition; choose env or local",
-                definition.transport
-            ),
-        )
-    };
-    match container(&definition.image) {
-        Ok(container) => {
-            let detail = format!(
-                "image {}, container {} on 127.0.0.1:{}",
-                definition.image,
-                container.short_id(),
-                container.port
-            );
-            (Running::Container(container), detail)
-        }
-        Err(error) => fatal(definition.transport, &error),
-    }
+fn start_container(definition: &Definition) -> Result<(Running, String), SourceError> {
+    let start = definition.container.ok_or(SourceError::NoContainerDefinition { transport: definition.transport })?;
+    let container = start(&definition.image)?;
+    let detail =
+        format!("image {}, container {} on 127.0.0.1:{}", definition.image, container.short_id(), container.port);
+    Ok((Running::Container(container), detail))
 }
 
 #[cfg(not(feature = "containers"))]
-fn start_container(definition: &Definition) -> (Running, String) {
-    fatal(
-        definition.transport,
-        &format!("{VARIABLE}=containers but providers was built without its feature `containers`; build with --features providers/containers, or choose env or local"),
-    )
+fn start_container(_: &Definition) -> Result<(Running, String), SourceError> {
+    Err(SourceError::ContainersNotBuilt)
 }
 
 #[cfg(feature = "containers")]
-fn containers_usable(definition: &Definition) -> Result<(), String> {
+fn containers_usable(definition: &Definition) -> Result<(), AutoDeclined> {
     match definition.container {
-        Some(_) => crate::containers::usable(&definition.image),
-        None => Err(format!("{} has no container definition", definition.transport)),
+        Some(_) => Ok(crate::containers::usable(&definition.image)?),
+        None => Err(AutoDeclined::NoContainerDefinition { transport: definition.transport }),
     }
 }
 
 #[cfg(not(feature = "containers"))]
-fn containers_usable(_: &Definition) -> Result<(), String> {
-    Err("providers was built without feature `containers`".into())
+fn containers_usable(_: &Definition) -> Result<(), AutoDeclined> {
+    Err(AutoDeclined::NotBuilt)
 }
 
 #[cfg(test)]
@@ -205,8 +232,21 @@ mod tests {
         assert_eq!(Choice::parse("containers"), Ok(Choice::Containers));
         let error = Choice::parse("docker").unwrap_err();
         assert_eq!(
-            error,
+            error.to_string(),
             "CONFORMANCE_BROKERS=\"docker\" is not a broker source; valid choices: auto, env, containers, local"
+        );
+    }
+
+    #[test]
+    fn a_source_error_names_the_variable_and_the_valid_choices() {
+        assert_eq!(
+            SourceError::EnvUnset { variable: "NAMESRV_ADDR" }.to_string(),
+            "CONFORMANCE_BROKERS=env but NAMESRV_ADDR is unset; set it to the broker's endpoint, or choose another \
+             source (valid choices: auto, env, containers, local)"
+        );
+        assert_eq!(
+            SourceError::NoContainerDefinition { transport: "rocketmq" }.to_string(),
+            "CONFORMANCE_BROKERS=containers but rocketmq has no container definition; choose env or local"
         );
     }
 }

@@ -15,7 +15,7 @@ use gateway::{Channel, Producer, Subscription};
 use crate::assertion::FullHeader;
 use crate::broker::ImageRef;
 use crate::cell::{Cell, CellParts, CellSpec, Teardown};
-use crate::local::{self, LocalProcess};
+use crate::local::{self, LocalError, LocalProcess};
 use crate::source::{self, Definition, Running};
 use crate::Provider;
 
@@ -32,7 +32,7 @@ struct Broker {
     _running: Running,
 }
 
-fn start_moto() -> LocalProcess {
+fn start_moto() -> Result<LocalProcess, LocalError> {
     let port = local::free_loopback_port();
     let python = local::install_dir("sqs").join("venv/bin/python");
     let mut command = Command::new(python);
