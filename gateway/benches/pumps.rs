@@ -52,7 +52,7 @@ fn pumps(c: &mut Criterion) {
             let mut total = Duration::ZERO;
             for _ in 0..iterations {
                 let (broker, subscription) = loaded_broker();
-                let channel = Arc::new(Blocking(broker.channel(&subscription).unwrap()));
+                let channel = Arc::new(Blocking::new(broker.channel(&subscription).unwrap()));
                 let started = Instant::now();
                 let handle = Reactor::new(channel, subscription, TextMapper, NoOp).start();
                 wait_for(|| handle.counters().snapshot().acknowledged);

@@ -131,19 +131,23 @@ fn bytes_per_message(mut read: impl FnMut()) -> usize {
 fn main() {
     // `cargo bench` passes harness flags such as --bench; there is nothing to choose here.
     let message = adr_shaped_message();
+    let warnings = wire::ReaderWarnings::new("bench");
     println!("reader bytes allocated per message (median of {ROUNDS} rounds of {READS}; 256-byte body, one bag entry)");
     let (raw, enveloped) = (raw_sqs(&message), sns_enveloped(&message));
-    let sqs = bytes_per_message(|| drop(black_box(read_sqs_message(black_box(&raw), Envelope::Raw).unwrap())));
-    let sns = bytes_per_message(|| drop(black_box(read_sqs_message(black_box(&enveloped), Envelope::Sns).unwrap())));
+    let sqs =
+        bytes_per_message(|| drop(black_box(read_sqs_message(black_box(&raw), Envelope::Raw, &warnings).unwrap())));
+    let sns = bytes_per_message(|| {
+        drop(black_box(read_sqs_message(black_box(&enveloped), Envelope::Sns, &warnings).unwrap()))
+    });
     let (pull, stream) = (pulled(&message), streamed(&message));
-    let pulled = bytes_per_message(|| drop(black_box(read_received_message(black_box(&pull)).unwrap())));
+    let pulled = bytes_per_message(|| drop(black_box(read_received_message(black_box(&pull), &warnings).unwrap())));
     // The stream reader is handed the receipt the channel makes; its allocation counts too.
     let streamed = bytes_per_message(|| {
         let receipt = "00000000-0000-0000-0000-000000000000".to_owned();
-        drop(black_box(read_streamed_message(black_box(&stream), Some(1), receipt).unwrap()))
+        drop(black_box(read_streamed_message(black_box(&stream), Some(1), receipt, &warnings).unwrap()))
     });
     let pop = popped(&message);
-    let rocketmq = bytes_per_message(|| drop(black_box(read_popped_message(black_box(&pop)).unwrap())));
+    let rocketmq = bytes_per_message(|| drop(black_box(read_popped_message(black_box(&pop), &warnings).unwrap())));
     println!("sqs (raw attributes): {sqs} B");
     println!("sns (SNS envelope in SQS): {sns} B");
     println!("gcp pull (ReceivedMessage): {pulled} B");

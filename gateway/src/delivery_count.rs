@@ -25,12 +25,18 @@ pub const fn normalise(broker_count: Option<i64>) -> u32 {
 /// unavailable broker counter (absent, 0 or negative) keeps the header count; otherwise the
 /// broker's counter, normalised.
 pub fn resolve(header_count: u32, broker_count: Option<i64>, bag: &Bag) -> u32 {
-    let broker_counted = matches!(broker_count, Some(count) if count >= 1);
-    if bag.contains_key(REJECTION_REASON) || !broker_counted {
+    if header_decides(broker_count, bag) {
         header_count
     } else {
         normalise(broker_count)
     }
+}
+
+/// Whether `resolve` presents the header count: on a routed rejection copy, or when the broker
+/// counter is unavailable. A reader needs to know, to refuse an unreadable header count then.
+pub fn header_decides(broker_count: Option<i64>, bag: &Bag) -> bool {
+    let broker_counted = matches!(broker_count, Some(count) if count >= 1);
+    bag.contains_key(REJECTION_REASON) || !broker_counted
 }
 
 #[cfg(test)]

@@ -13,6 +13,7 @@ pub mod error;
 pub mod message;
 pub mod pump;
 pub mod rejection;
+pub mod runtime;
 pub mod subscription;
 pub mod transport;
 
@@ -21,4 +22,5 @@ pub use channel::{Channel, Producer};
 pub use error::ChannelError;
 pub use message::{Bag, BagValue, Message, MessageBody, MessageHeader, MessageType};
 pub use rejection::{Rejection, RejectionReason};
+pub use runtime::GatewayRuntime;
 pub use subscription::{MakeChannels, Subscription};

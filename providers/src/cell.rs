@@ -276,7 +276,7 @@ fn block<F: Future>(future: F) -> F::Output {
 
 impl BlockingCell {
     pub fn new(cell: Cell) -> BlockingCell {
-        let channel: Arc<dyn BlockingChannel> = Arc::new(Blocking(cell.channel()));
+        let channel: Arc<dyn BlockingChannel> = Arc::new(Blocking::new(cell.channel()));
         BlockingCell { cell, channel }
     }
 

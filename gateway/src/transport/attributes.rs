@@ -3,6 +3,7 @@
 //! `Message`. Only these names are read, so a broker's own attributes never enter the bag. The reader
 //! resolves the handled count after the bag is read, so the delivery-count rule sees both.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::delivery_count;
@@ -32,6 +33,59 @@ pub struct MalformedMessage {
 
 fn malformed(detail: impl Into<String>) -> MalformedMessage {
     MalformedMessage { detail: detail.into() }
+}
+
+/// A channel's record of the odd values its reader has already warned about, so each kind is
+/// logged once per channel with the value seen, never once per message.
+#[derive(Debug, Default)]
+pub struct ReaderWarnings {
+    channel: String,
+    header_count: AtomicBool,
+    broker_count: AtomicBool,
+}
+
+impl ReaderWarnings {
+    pub fn new(channel: &str) -> ReaderWarnings {
+        ReaderWarnings { channel: channel.to_owned(), ..ReaderWarnings::default() }
+    }
+
+    /// A header count that is not a number, on a message whose count the broker decides.
+    pub fn unreadable_header_count(&self, value: &str) {
+        if !self.header_count.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                channel = %self.channel,
+                value,
+                "a received {} is not a count; the broker's counter decides, so it is ignored (logged once per channel)",
+                names::HANDLED_COUNT
+            );
+        }
+    }
+
+    /// A broker delivery counter that is not a number: read as no counter.
+    pub fn unreadable_broker_count(&self, value: &str) {
+        if !self.broker_count.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                channel = %self.channel,
+                value,
+                "the broker's delivery counter is not a number; the header count stands (logged once per channel)"
+            );
+        }
+    }
+
+    /// Whether anything was warned about (for tests).
+    pub fn warned(&self) -> bool {
+        self.header_count.load(Ordering::Relaxed) || self.broker_count.load(Ordering::Relaxed)
+    }
+}
+
+/// A broker counter carried as text: `None` when absent, and when unreadable (warned once).
+pub fn broker_count_from_text(text: Option<&str>, warnings: &ReaderWarnings) -> Option<i64> {
+    let text = text?;
+    let count = text.parse().ok();
+    if count.is_none() {
+        warnings.unreadable_broker_count(text);
+    }
+    count
 }
 
 fn bag_to_json(bag: &Bag) -> String {
@@ -98,11 +152,17 @@ pub fn header_attributes(message: &Message) -> Vec<(&'static str, String)> {
 
 /// Builds a `Message` from received attributes. `attribute` looks one up by name; `broker_count`
 /// is the broker's delivery counter (first delivery = 1), when it supplied one.
+///
+/// An unreadable header count makes the message malformed when that count is what the consumer
+/// would be shown (a routed rejection copy keeps its stamped count; without a broker counter the
+/// header count stands): presenting 0 instead would silently reset the delivery budget. Where the
+/// broker's counter decides, the bad value is only warned about, once per channel.
 pub fn read_message<'a>(
     attribute: impl Fn(&str) -> Option<&'a str>,
     body: &str,
     broker_count: Option<i64>,
     receipt: Option<String>,
+    warnings: &ReaderWarnings,
 ) -> Result<Message, MalformedMessage> {
     let required = |name: &str| attribute(name).ok_or_else(|| malformed(format!("attribute {name} is missing")));
     let message_type = required(names::MESSAGE_TYPE)?;
@@ -111,11 +171,24 @@ pub fn read_message<'a>(
     })?;
     let millis: u64 =
         required(names::TIMESTAMP)?.parse().map_err(|e| malformed(format!("attribute {}: {e}", names::TIMESTAMP)))?;
-    // An absent or unparseable header count is 0: the broker counter, when present, decides.
-    let header_count = attribute(names::HANDLED_COUNT).and_then(|count| count.parse().ok()).unwrap_or(0);
     let bag = match attribute(names::BAG) {
         Some(json) => bag_from_json(json)?,
         None => Bag::new(),
+    };
+    // An absent header count is 0 (a producer that is not the gateway's).
+    let header_count = match attribute(names::HANDLED_COUNT).map(|text| (text, text.parse::<u32>())) {
+        None => 0,
+        Some((_, Ok(count))) => count,
+        Some((text, Err(_))) if delivery_count::header_decides(broker_count, &bag) => {
+            return Err(malformed(format!(
+                "attribute {}: {text:?} is not a count, and it is the count this message must present",
+                names::HANDLED_COUNT
+            )))
+        }
+        Some((text, Err(_))) => {
+            warnings.unreadable_header_count(text);
+            0
+        }
     };
     let handled_count = delivery_count::resolve(header_count, broker_count, &bag);
     let content_type = attribute(names::CONTENT_TYPE).unwrap_or(crate::message::DEFAULT_CONTENT_TYPE).to_owned();
@@ -157,7 +230,13 @@ mod tests {
     fn round_trip(message: &Message, broker_count: Option<i64>) -> Result<Message, MalformedMessage> {
         let attributes: HashMap<&str, String> = header_attributes(message).into_iter().collect();
         let body = String::from_utf8(message.body.bytes.clone()).unwrap();
-        read_message(|name| attributes.get(name).map(String::as_str), &body, broker_count, None)
+        read_message(
+            |name| attributes.get(name).map(String::as_str),
+            &body,
+            broker_count,
+            None,
+            &ReaderWarnings::default(),
+        )
     }
 
     fn sample() -> Message {
@@ -198,11 +277,58 @@ mod tests {
     fn malformed_attributes_say_what_is_wrong() {
         let attributes: HashMap<&str, &str> =
             [("id", "1"), ("topic", "t"), ("messageType", "Query"), ("timestamp", "0")].into();
-        let error = read_message(|n| attributes.get(n).copied(), "", None, None).unwrap_err();
+        let error =
+            read_message(|n| attributes.get(n).copied(), "", None, None, &ReaderWarnings::default()).unwrap_err();
         assert_eq!(error.detail, "attribute messageType: \"Query\" is not one of Command, Event, Document");
         let attributes: HashMap<&str, &str> =
             [("id", "1"), ("topic", "t"), ("messageType", "Event"), ("timestamp", "0"), ("bag", "[1]")].into();
-        let error = read_message(|n| attributes.get(n).copied(), "", None, None).unwrap_err();
+        let error =
+            read_message(|n| attributes.get(n).copied(), "", None, None, &ReaderWarnings::default()).unwrap_err();
         assert_eq!(error.detail, "attribute bag is not a JSON object");
+    }
+
+    /// `message` on the wire with `handledCount` replaced by `count`, read with `broker_count`.
+    fn read_with_count(
+        message: &Message,
+        count: &str,
+        broker_count: Option<i64>,
+        warnings: &ReaderWarnings,
+    ) -> Result<Message, MalformedMessage> {
+        let mut attributes: HashMap<&str, String> = header_attributes(message).into_iter().collect();
+        attributes.insert(names::HANDLED_COUNT, count.to_owned());
+        read_message(|name| attributes.get(name).map(String::as_str), "b", broker_count, None, warnings)
+    }
+
+    #[test]
+    fn an_unreadable_count_the_message_must_present_makes_it_malformed() {
+        let mut copy = sample();
+        copy.header.bag.insert(keys::REJECTION_REASON.into(), "DeliveryError".into());
+        let warnings = ReaderWarnings::new("orders-dlq");
+        let error = read_with_count(&copy, "three", Some(1), &warnings).unwrap_err();
+        assert_eq!(
+            error.detail,
+            "attribute handledCount: \"three\" is not a count, and it is the count this message must present"
+        );
+        let error = read_with_count(&sample(), "-1", None, &warnings).unwrap_err();
+        assert!(error.detail.contains("\"-1\" is not a count"), "{}", error.detail);
+        assert!(!warnings.warned(), "a refused message is routed, not warned about");
+    }
+
+    #[test]
+    fn an_unreadable_count_the_broker_overrides_is_warned_about_and_ignored() {
+        let warnings = ReaderWarnings::new("orders");
+        let read = read_with_count(&sample(), "lots", Some(3), &warnings).unwrap();
+        assert_eq!(read.header.handled_count, 2);
+        assert!(warnings.warned());
+    }
+
+    #[test]
+    fn an_unreadable_broker_counter_is_no_counter_and_warned_about() {
+        let warnings = ReaderWarnings::new("orders");
+        assert_eq!(broker_count_from_text(Some("2"), &warnings), Some(2));
+        assert_eq!(broker_count_from_text(None, &warnings), None);
+        assert!(!warnings.warned());
+        assert_eq!(broker_count_from_text(Some("two"), &warnings), None);
+        assert!(warnings.warned());
     }
 }

@@ -1,12 +1,16 @@
 //! What every broker transport needs the same way, written once: the error for a failed call,
-//! a delay in the whole seconds brokers count in, and the error for settling a message that is
-//! not in flight. A transport keeps only its broker calls, its reader, and how its SDK's errors
+//! a delay in the whole seconds brokers count in, the error for settling a message that is not
+//! in flight, reject as "route the copy, then settle the original", and routing a message that
+//! cannot be read. A transport keeps only its broker calls, its reader, and how its SDK's errors
 //! map to an `ErrorKind`.
 
 use std::time::Duration;
 
+use crate::channel::Channel;
 use crate::error::{BoxError, ChannelError, ErrorKind};
 use crate::message::Message;
+use crate::rejection::{self, Rejection};
+use crate::subscription::Subscription;
 
 /// A failed broker call on `channel`.
 pub(crate) fn broker_error(
@@ -45,6 +49,7 @@ pub(crate) fn io_kind(error: &(dyn std::error::Error + 'static)) -> Option<Error
 }
 
 /// Whole seconds, rounded up, so a message is never visible again before the delay.
+#[cfg_attr(not(any(feature = "sqs", feature = "gcp")), allow(dead_code))]
 pub(crate) fn whole_seconds(delay: Duration) -> u64 {
     delay.as_secs() + u64::from(delay.subsec_nanos() > 0)
 }
@@ -54,8 +59,56 @@ pub(crate) fn not_in_flight(channel: &str, operation: &'static str, message: &Me
     ChannelError::NotInFlight { channel: channel.to_owned(), operation, message_id: message.id().to_owned() }
 }
 
+/// What a reject does to the original once the copy's fate is known.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AfterRouting {
+    /// The copy is routed (or there was nowhere to route it): acknowledge the original.
+    Acknowledge,
+    /// The copy could not be routed: release the original for another attempt.
+    Release,
+}
+
+/// Every broker transport's reject: route the stamped copy through `rejection::forward`, then
+/// settle the original. A message whose copy was not routed is never acknowledged: it is
+/// released, and the routing error returned (a failed release is logged: the broker's lease
+/// redelivers the message anyway).
+pub(crate) async fn reject_by_forwarding<'s>(
+    channel: &str,
+    subscription: &'s Subscription,
+    message: &Message,
+    rejection: Option<&Rejection>,
+    publish: impl AsyncFnOnce(&'s str, Message) -> Result<(), ChannelError>,
+    settle: impl AsyncFnOnce(AfterRouting) -> Result<(), ChannelError>,
+) -> Result<bool, ChannelError> {
+    match rejection::forward(subscription, message, rejection, publish).await {
+        Ok(routed) => {
+            settle(AfterRouting::Acknowledge).await?;
+            Ok(routed)
+        }
+        Err(error) => {
+            if let Err(release) = settle(AfterRouting::Release).await {
+                tracing::warn!(channel, message_id = message.id(), %release, "releasing after a failed reject failed too; the lease will redeliver it");
+            }
+            Err(error)
+        }
+    }
+}
+
+/// A message that cannot be read is rejected as Unacceptable with its raw body (`unreadable`,
+/// made by the transport from what its broker gave), never dropped.
+pub(crate) async fn route_unreadable<C: Channel + ?Sized>(
+    channel: &C,
+    unreadable: &Message,
+    problem: impl std::fmt::Display,
+) -> Result<(), ChannelError> {
+    tracing::warn!(channel = channel.name(), message_id = unreadable.id(), %problem, "routing an unreadable message as Unacceptable");
+    channel.reject(unreadable, Some(&Rejection::unacceptable(problem.to_string()))).await.map(drop)
+}
+
 #[cfg(test)]
 mod tests {
+    use std::sync::Mutex;
+
     use super::*;
 
     #[test]
@@ -85,5 +138,56 @@ mod tests {
             error.to_string(),
             format!("acknowledge on channel orders-sub: message {} is not in flight", message.id())
         );
+    }
+
+    fn routed_to(dead_letter: Option<&str>) -> Subscription {
+        let mut subscription = Subscription::new("orders-sub", "orders");
+        subscription.dead_letter_routing_key = dead_letter.map(str::to_owned);
+        subscription
+    }
+
+    fn reject(subscription: &Subscription, publish_fails: bool) -> (Result<bool, ChannelError>, Vec<String>) {
+        let events = Mutex::new(Vec::new());
+        let message = Message::new("orders", crate::MessageType::Event, "b");
+        let publish = async |destination: &str, copy: Message| {
+            events.lock().unwrap().push(format!("publish {destination} {}", copy.id()));
+            if publish_fails {
+                Err(ChannelError::broker(destination, "publish", ErrorKind::Refused, "down"))
+            } else {
+                Ok(())
+            }
+        };
+        let settle = async |how: AfterRouting| {
+            events.lock().unwrap().push(format!("{how:?}"));
+            Ok(())
+        };
+        let rejected = block_on(reject_by_forwarding("orders-sub", subscription, &message, None, publish, settle));
+        let events = events.into_inner().unwrap().into_iter().map(|e| e.replace(message.id(), "ID")).collect();
+        (rejected, events)
+    }
+
+    fn block_on<T>(future: impl std::future::Future<Output = T>) -> T {
+        tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(future)
+    }
+
+    #[test]
+    fn a_routed_copy_is_published_before_the_original_is_acknowledged() {
+        let (rejected, events) = reject(&routed_to(Some("orders-dlq")), false);
+        assert!(rejected.unwrap());
+        assert_eq!(events, ["publish orders-dlq ID", "Acknowledge"]);
+    }
+
+    #[test]
+    fn a_copy_that_cannot_be_routed_releases_the_original_and_returns_the_routing_error() {
+        let (rejected, events) = reject(&routed_to(Some("orders-dlq")), true);
+        assert_eq!(rejected.unwrap_err().kind(), Some(ErrorKind::Refused));
+        assert_eq!(events, ["publish orders-dlq ID", "Release"]);
+    }
+
+    #[test]
+    fn with_nowhere_to_route_the_original_is_acknowledged() {
+        let (rejected, events) = reject(&routed_to(None), false);
+        assert!(!rejected.unwrap());
+        assert_eq!(events, ["Acknowledge"]);
     }
 }

@@ -88,7 +88,7 @@ fn both_pump_styles_can_share_one_broker() {
     // A blocking receive from another thread while an async one waits: both are served.
     let broker = MemoryBroker::new();
     let channel = broker.channel(&subscription()).unwrap();
-    let blocking = gateway::Blocking(channel.clone());
+    let blocking = gateway::Blocking::new(channel.clone());
     for _ in 0..2 {
         broker.publish("q", Message::new("q", MessageType::Command, "x"), Duration::ZERO);
     }

@@ -112,9 +112,9 @@ impl Running {
 
 pub fn start(pump: Pump, channel: Arc<dyn Channel>, subscription: Subscription, handler: Scripted) -> Running {
     match pump {
-        Pump::Reactor => {
-            Running::Reactor(Reactor::new(Arc::new(Blocking(channel)), subscription, WholeMessage, handler).start())
-        }
+        Pump::Reactor => Running::Reactor(
+            Reactor::new(Arc::new(Blocking::new(channel)), subscription, WholeMessage, handler).start(),
+        ),
         Pump::Proactor => {
             let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
             let handle = {

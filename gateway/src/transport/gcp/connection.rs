@@ -10,10 +10,10 @@ use super::pb::{self, publisher_client::PublisherClient, subscriber_client::Subs
 use super::producer::GcpProducer;
 use super::pull::PullChannel;
 use super::stream::StreamChannel;
-use crate::blocking::on_gateway_runtime;
 use crate::budget::{self, DeliveryCounting};
 use crate::channel::Channel;
 use crate::error::ChannelError;
+use crate::runtime::GatewayRuntime;
 use crate::subscription::{MakeChannels, Subscription};
 
 /// How a subscription's messages are consumed.
@@ -89,6 +89,7 @@ pub struct GcpConnection {
     endpoint: String,
     project: String,
     grpc: GrpcChannel,
+    runtime: GatewayRuntime,
 }
 
 impl std::fmt::Debug for GcpConnection {
@@ -106,15 +107,26 @@ fn created_or_exists<T>(result: Result<T, tonic::Status>) -> Result<(), tonic::S
 }
 
 impl GcpConnection {
-    /// Connects lazily to `endpoint` (`http://host:port`) for `project`.
+    /// Connects lazily to `endpoint` (`http://host:port`) for `project`, on the shared gateway
+    /// runtime; `with_runtime` moves it to the caller's.
     pub fn emulator(endpoint: &str, project: &str) -> Result<GcpConnection, ChannelError> {
+        GcpConnection::connect(endpoint, project, GatewayRuntime::shared())
+    }
+
+    /// Runs this connection's calls, and those of every channel and producer made from it, on
+    /// `runtime` (the gRPC channel is opened again there).
+    pub fn with_runtime(self, runtime: GatewayRuntime) -> Result<GcpConnection, ChannelError> {
+        GcpConnection::connect(&self.endpoint, &self.project, runtime)
+    }
+
+    fn connect(endpoint: &str, project: &str, runtime: GatewayRuntime) -> Result<GcpConnection, ChannelError> {
         // The channel's dispatch task runs on the runtime current at creation: make it the
         // gateway's, not a caller's that may end first.
-        let _gateway_runtime = crate::blocking::runtime().enter();
+        let _gateway_runtime = runtime.handle().enter();
         let grpc = Endpoint::from_shared(endpoint.to_owned())
             .map_err(|e| broker_error(endpoint, "connect", e))?
             .connect_lazy();
-        Ok(GcpConnection { endpoint: endpoint.to_owned(), project: project.to_owned(), grpc })
+        Ok(GcpConnection { endpoint: endpoint.to_owned(), project: project.to_owned(), grpc, runtime })
     }
 
     pub fn topic_path(&self, topic: &str) -> String {
@@ -126,7 +138,7 @@ impl GcpConnection {
     }
 
     pub fn producer(&self, ordering: bool) -> GcpProducer {
-        GcpProducer::new(&self.endpoint, &self.project, ordering)
+        GcpProducer::new(&self.endpoint, &self.project, ordering, self.runtime.clone())
     }
 
     fn subscriber_client(&self) -> SubscriberClient<GrpcChannel> {
@@ -140,7 +152,7 @@ impl GcpConnection {
     pub async fn create_topic(&self, topic: &str) -> Result<(), ChannelError> {
         let mut client = PublisherClient::new(self.grpc.clone());
         let request = pb::Topic { name: self.topic_path(topic), ..Default::default() };
-        let result = on_gateway_runtime(async move { client.create_topic(request).await }).await;
+        let result = self.runtime.call(async move { client.create_topic(request).await }).await;
         created_or_exists(result).map_err(|e| broker_error(topic, "create topic", e))
     }
 
@@ -162,14 +174,14 @@ impl GcpConnection {
             ..Default::default()
         };
         let mut client = self.subscriber_client();
-        let result = on_gateway_runtime(async move { client.create_subscription(request).await }).await;
+        let result = self.runtime.call(async move { client.create_subscription(request).await }).await;
         created_or_exists(result).map_err(|e| broker_error(&common.name, "create subscription", e))
     }
 
     async fn subscription_exists(&self, name: &str) -> bool {
         let mut client = self.subscriber_client();
         let request = pb::GetSubscriptionRequest { subscription: self.subscription_path(name) };
-        on_gateway_runtime(async move { client.get_subscription(request).await }).await.is_ok()
+        self.runtime.call(async move { client.get_subscription(request).await }).await.is_ok()
     }
 
     /// The consumer channel of a subscription: creates or checks its topics and subscription per
@@ -197,12 +209,14 @@ impl GcpConnection {
         let router = self.producer(false);
         Ok(match subscription.consumption {
             Consumption::Pull => Arc::new(PullChannel::new(
+                self.runtime.clone(),
                 self.subscriber_client(),
                 self.subscription_path(&common.name),
                 common.clone(),
                 router,
             )),
             Consumption::Stream => Arc::new(StreamChannel::start(
+                &self.runtime,
                 self.endpoint().to_owned(),
                 self.subscription_path(&common.name),
                 common.clone(),
@@ -224,12 +238,12 @@ impl GcpConnection {
         for name in subscriptions {
             let mut client = self.subscriber_client();
             let request = pb::DeleteSubscriptionRequest { subscription: self.subscription_path(name) };
-            let _ = on_gateway_runtime(async move { client.delete_subscription(request).await }).await;
+            let _ = self.runtime.call(async move { client.delete_subscription(request).await }).await;
         }
         for topic in topics {
             let mut client = PublisherClient::new(self.grpc.clone());
             let request = pb::DeleteTopicRequest { topic: self.topic_path(topic) };
-            let _ = on_gateway_runtime(async move { client.delete_topic(request).await }).await;
+            let _ = self.runtime.call(async move { client.delete_topic(request).await }).await;
         }
     }
 }

@@ -9,10 +9,10 @@ use google_cloud_pubsub::client::Publisher;
 use tokio::sync::Mutex;
 
 use super::broker_error;
-use crate::blocking::on_gateway_runtime;
 use crate::channel::Producer;
 use crate::error::{ChannelError, ErrorKind};
 use crate::message::Message;
+use crate::runtime::GatewayRuntime;
 use crate::transport::attributes::header_attributes;
 
 /// Publishes to the topic named by the message's topic (or a given topic, for routed copies).
@@ -21,15 +21,17 @@ pub struct GcpProducer {
     project: String,
     /// Ordered topics: the partition key becomes the ordering key.
     ordering: bool,
+    runtime: GatewayRuntime,
     publishers: Mutex<HashMap<String, Publisher>>,
 }
 
 impl GcpProducer {
-    pub(super) fn new(endpoint: &str, project: &str, ordering: bool) -> GcpProducer {
+    pub(super) fn new(endpoint: &str, project: &str, ordering: bool, runtime: GatewayRuntime) -> GcpProducer {
         GcpProducer {
             endpoint: endpoint.to_owned(),
             project: project.to_owned(),
             ordering,
+            runtime,
             publishers: Mutex::default(),
         }
     }
@@ -41,17 +43,19 @@ impl GcpProducer {
         }
         let path = format!("projects/{}/topics/{topic}", self.project);
         let endpoint = self.endpoint.clone();
-        let publisher = on_gateway_runtime(async move {
-            Publisher::builder(path)
-                .with_endpoint(endpoint)
-                .with_credentials(Anonymous::new().build())
-                // One message per batch: a conformance send must not wait for a batch to fill.
-                .set_message_count_threshold(1)
-                .build()
-                .await
-        })
-        .await
-        .map_err(|e| broker_error(topic, "create publisher", e))?;
+        let publisher = self
+            .runtime
+            .call(async move {
+                Publisher::builder(path)
+                    .with_endpoint(endpoint)
+                    .with_credentials(Anonymous::new().build())
+                    // One message per batch: a conformance send must not wait for a batch to fill.
+                    .set_message_count_threshold(1)
+                    .build()
+                    .await
+            })
+            .await
+            .map_err(|e| broker_error(topic, "create publisher", e))?;
         publishers.insert(topic.to_owned(), publisher.clone());
         Ok(publisher)
     }
@@ -65,7 +69,8 @@ impl GcpProducer {
         if let (true, Some(key)) = (self.ordering, &message.header.partition_key) {
             outgoing = outgoing.set_ordering_key(key.clone());
         }
-        on_gateway_runtime(async move { publisher.publish(outgoing).await })
+        self.runtime
+            .call(async move { publisher.publish(outgoing).await })
             .await
             .map_err(|e| broker_error(topic, "publish", e))?;
         Ok(())

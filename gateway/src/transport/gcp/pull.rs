@@ -8,14 +8,14 @@ use tonic::transport::Channel as GrpcChannel;
 use super::pb::{self, subscriber_client::SubscriberClient};
 use super::producer::GcpProducer;
 use super::{broker_error, whole_seconds, MAX_ACK_DEADLINE_SECONDS};
-use crate::blocking::on_gateway_runtime;
 use crate::channel::Channel;
 use crate::error::ChannelError;
 use crate::message::Message;
-use crate::rejection::{self, Rejection};
+use crate::rejection::Rejection;
+use crate::runtime::GatewayRuntime;
 use crate::subscription::Subscription;
-use crate::transport::attributes::{self, MalformedMessage};
-use crate::transport::kit;
+use crate::transport::attributes::{self, MalformedMessage, ReaderWarnings};
+use crate::transport::kit::{self, AfterRouting};
 use crate::transport::receive_loop::receive_readable;
 
 /// How long an empty pull waits before looking again.
@@ -25,31 +25,37 @@ const MIN_PULL_DEADLINE: Duration = Duration::from_secs(2);
 
 /// The reader: a received Pub/Sub message as a `Message`, its handled count resolved with the
 /// delivery attempt (0 without a DeadLetterPolicy: the header count stands).
-pub fn read_received_message(received: &pb::ReceivedMessage) -> Result<Message, MalformedMessage> {
+pub fn read_received_message(
+    received: &pb::ReceivedMessage,
+    warnings: &ReaderWarnings,
+) -> Result<Message, MalformedMessage> {
     let message = received.message.as_ref().ok_or_else(|| MalformedMessage { detail: "no message".into() })?;
     let body = std::str::from_utf8(&message.data)
         .map_err(|e| MalformedMessage { detail: format!("the data is not UTF-8: {e}") })?;
     let attribute = |name: &str| message.attributes.get(name).map(String::as_str);
     let attempt = Some(i64::from(received.delivery_attempt));
-    attributes::read_message(attribute, body, attempt, Some(received.ack_id.clone()))
+    attributes::read_message(attribute, body, attempt, Some(received.ack_id.clone()), warnings)
 }
 
 pub struct PullChannel {
+    runtime: GatewayRuntime,
     client: SubscriberClient<GrpcChannel>,
     path: String,
     subscription: Subscription,
     router: GcpProducer,
+    warnings: ReaderWarnings,
 }
 
 impl PullChannel {
     /// `path` is the subscription's full name; `router` publishes rejected copies.
     pub(super) fn new(
+        runtime: GatewayRuntime,
         client: SubscriberClient<GrpcChannel>,
         path: String,
         subscription: Subscription,
         router: GcpProducer,
     ) -> PullChannel {
-        PullChannel { client, path, subscription, router }
+        PullChannel { runtime, client, path, warnings: ReaderWarnings::new(&subscription.name), subscription, router }
     }
 
     async fn pull_one(&self, wait: Duration) -> Result<Option<pb::ReceivedMessage>, ChannelError> {
@@ -62,7 +68,7 @@ impl PullChannel {
         // A server may hold an empty pull open for a while (pstest: 500 ms); bound it, but not
         // so tightly that every empty pull ends as a cancelled call.
         request.set_timeout(wait.max(MIN_PULL_DEADLINE));
-        match on_gateway_runtime(async move { client.pull(request).await }).await {
+        match self.runtime.call(async move { client.pull(request).await }).await {
             Ok(response) => Ok(response.into_inner().received_messages.into_iter().next()),
             Err(status) if matches!(status.code(), tonic::Code::DeadlineExceeded | tonic::Code::Cancelled) => Ok(None),
             Err(status) => Err(broker_error(self.name(), "pull", status)),
@@ -82,7 +88,8 @@ impl PullChannel {
             ack_ids: vec![ack_id],
             ack_deadline_seconds: seconds.min(MAX_ACK_DEADLINE_SECONDS) as i32,
         };
-        on_gateway_runtime(async move { client.modify_ack_deadline(request).await })
+        self.runtime
+            .call(async move { client.modify_ack_deadline(request).await })
             .await
             .map_err(|e| broker_error(self.name(), operation, e))?;
         Ok(())
@@ -92,7 +99,8 @@ impl PullChannel {
         let ack_id = self.ack_id(message, operation)?;
         let mut client = self.client.clone();
         let request = pb::AcknowledgeRequest { subscription: self.path.clone(), ack_ids: vec![ack_id] };
-        on_gateway_runtime(async move { client.acknowledge(request).await })
+        self.runtime
+            .call(async move { client.acknowledge(request).await })
             .await
             .map_err(|e| broker_error(self.name(), operation, e))?;
         Ok(())
@@ -102,21 +110,15 @@ impl PullChannel {
         message.receipt.clone().ok_or_else(|| kit::not_in_flight(self.name(), operation, message))
     }
 
-    /// An unreadable message is routed as Unacceptable with its raw data, never dropped.
-    async fn route_unreadable(
-        &self,
-        received: pb::ReceivedMessage,
-        problem: MalformedMessage,
-    ) -> Result<(), ChannelError> {
-        tracing::warn!(channel = self.name(), %problem, "routing an unreadable message as Unacceptable");
+    /// The raw message, for routing when it cannot be read.
+    fn unreadable(&self, received: pb::ReceivedMessage) -> Message {
         let (id, data) = received.message.map(|m| (m.message_id, m.data)).unwrap_or_default();
-        let message = attributes::unreadable(
+        attributes::unreadable(
             &id,
             &self.subscription.routing_key,
             &String::from_utf8_lossy(&data),
             Some(received.ack_id),
-        );
-        self.reject(&message, Some(&Rejection::unacceptable(problem.to_string()))).await.map(drop)
+        )
     }
 }
 
@@ -129,8 +131,11 @@ impl Channel for PullChannel {
 
     async fn receive(&self, timeout: Duration) -> Result<Option<Message>, ChannelError> {
         let pull = |wait| self.pull_one(wait);
-        let route = |received, problem| self.route_unreadable(received, problem);
-        receive_readable(timeout, EMPTY_PULL_PAUSE, pull, read_received_message, route).await
+        let route = move |received, problem| async move {
+            kit::route_unreadable(self, &self.unreadable(received), problem).await
+        };
+        let read = |received: &pb::ReceivedMessage| read_received_message(received, &self.warnings);
+        receive_readable(timeout, EMPTY_PULL_PAUSE, pull, read, route).await
     }
 
     async fn acknowledge(&self, message: &Message) -> Result<(), ChannelError> {
@@ -139,17 +144,11 @@ impl Channel for PullChannel {
 
     async fn reject(&self, message: &Message, rejection: Option<&Rejection>) -> Result<bool, ChannelError> {
         let publish = async |topic: &str, copy: Message| self.router.publish_to(topic, &copy).await;
-        match rejection::forward(&self.subscription, message, rejection, publish).await {
-            Ok(routed) => {
-                self.ack(message, "reject").await?;
-                Ok(routed)
-            }
-            Err(error) => {
-                // Never acknowledge what was not routed: release it for another attempt.
-                self.modify_ack_deadline(message, 0, "release after a failed reject").await?;
-                Err(error)
-            }
-        }
+        let settle = async |after| match after {
+            AfterRouting::Acknowledge => self.ack(message, "reject").await,
+            AfterRouting::Release => self.modify_ack_deadline(message, 0, "release after a failed reject").await,
+        };
+        kit::reject_by_forwarding(self.name(), &self.subscription, message, rejection, publish, settle).await
     }
 
     /// The ack deadline becomes the delay: the broker redelivers it no sooner (at most 600 s).

@@ -15,10 +15,11 @@ use super::producer::GcpProducer;
 use crate::channel::Channel;
 use crate::error::{ChannelError, ErrorKind};
 use crate::message::Message;
-use crate::rejection::{self, Rejection};
+use crate::rejection::Rejection;
+use crate::runtime::GatewayRuntime;
 use crate::subscription::Subscription;
-use crate::transport::attributes::{self, MalformedMessage};
-use crate::transport::kit;
+use crate::transport::attributes::{self, MalformedMessage, ReaderWarnings};
+use crate::transport::kit::{self, AfterRouting};
 
 /// Messages read ahead of the pump; the subscriber keeps their leases.
 const INBOX: usize = 16;
@@ -32,6 +33,7 @@ enum Inbound {
 type Delivery = (Inbound, Handler);
 
 pub struct StreamChannel {
+    runtime: GatewayRuntime,
     subscription: Subscription,
     router: GcpProducer,
     inbox: tokio::sync::Mutex<mpsc::Receiver<Delivery>>,
@@ -53,15 +55,22 @@ pub fn read_streamed_message(
     message: &google_cloud_pubsub::model::Message,
     attempt: Option<i32>,
     receipt: String,
+    warnings: &ReaderWarnings,
 ) -> Result<Message, MalformedMessage> {
     let body = std::str::from_utf8(&message.data)
         .map_err(|e| MalformedMessage { detail: format!("the data is not UTF-8: {e}") })?;
     let attribute = |name: &str| message.attributes.get(name).map(String::as_str);
-    attributes::read_message(attribute, body, attempt.map(i64::from), Some(receipt))
+    attributes::read_message(attribute, body, attempt.map(i64::from), Some(receipt), warnings)
 }
 
-fn read(message: &google_cloud_pubsub::model::Message, attempt: Option<i32>, receipt: String, source: &str) -> Inbound {
-    match read_streamed_message(message, attempt, receipt.clone()) {
+fn read(
+    message: &google_cloud_pubsub::model::Message,
+    attempt: Option<i32>,
+    receipt: String,
+    source: &str,
+    warnings: &ReaderWarnings,
+) -> Inbound {
+    match read_streamed_message(message, attempt, receipt.clone(), warnings) {
         Ok(read) => Inbound::Readable(read),
         Err(problem) => {
             let data = String::from_utf8_lossy(&message.data);
@@ -73,6 +82,7 @@ fn read(message: &google_cloud_pubsub::model::Message, attempt: Option<i32>, rec
 impl StreamChannel {
     /// Subscribes to `path` (the subscription's full name) on the emulator or service at `endpoint`.
     pub(super) fn start(
+        runtime: &GatewayRuntime,
         endpoint: String,
         path: String,
         subscription: Subscription,
@@ -82,7 +92,8 @@ impl StreamChannel {
     ) -> StreamChannel {
         let (sender, inbox) = mpsc::channel(INBOX);
         let source = subscription.routing_key.clone();
-        let reader = crate::blocking::runtime().spawn(async move {
+        let warnings = ReaderWarnings::new(&subscription.name);
+        let reader = runtime.spawn(async move {
             let subscriber = match Subscriber::builder()
                 .with_endpoint(endpoint)
                 .with_credentials(Anonymous::new().build())
@@ -104,7 +115,7 @@ impl StreamChannel {
                 match item {
                     Ok((message, handler)) => {
                         let receipt = uuid::Uuid::new_v4().to_string();
-                        let delivery = read(&message, handler.delivery_attempt(), receipt, &source);
+                        let delivery = read(&message, handler.delivery_attempt(), receipt, &source, &warnings);
                         if sender.send((delivery, handler)).await.is_err() {
                             return;
                         }
@@ -116,6 +127,7 @@ impl StreamChannel {
             }
         });
         StreamChannel {
+            runtime: runtime.clone(),
             subscription,
             router,
             inbox: tokio::sync::Mutex::new(inbox),
@@ -159,9 +171,8 @@ impl Channel for StreamChannel {
                     return Ok(Some(message));
                 }
                 Inbound::Unreadable(raw, problem) => {
-                    tracing::warn!(channel = self.name(), %problem, "routing an unreadable message as Unacceptable");
                     self.hold(&raw, handler);
-                    self.reject(&raw, Some(&Rejection::unacceptable(problem.to_string()))).await?;
+                    kit::route_unreadable(self, &raw, problem).await?;
                 }
             }
         }
@@ -175,16 +186,14 @@ impl Channel for StreamChannel {
     async fn reject(&self, message: &Message, rejection: Option<&Rejection>) -> Result<bool, ChannelError> {
         let handler = self.take(message, "reject")?;
         let publish = async |topic: &str, copy: Message| self.router.publish_to(topic, &copy).await;
-        match rejection::forward(&self.subscription, message, rejection, publish).await {
-            Ok(routed) => {
-                handler.ack();
-                Ok(routed)
+        let settle = async move |after| {
+            match after {
+                AfterRouting::Acknowledge => handler.ack(),
+                AfterRouting::Release => handler.nack(),
             }
-            Err(error) => {
-                handler.nack();
-                Err(error)
-            }
-        }
+            Ok(())
+        };
+        kit::reject_by_forwarding(self.name(), &self.subscription, message, rejection, publish, settle).await
     }
 
     /// The stream has no per-message deadline: the handler (and so the lease, which the
@@ -194,7 +203,7 @@ impl Channel for StreamChannel {
         if delay.is_zero() {
             handler.nack();
         } else {
-            crate::blocking::runtime().spawn(async move {
+            self.runtime.spawn(async move {
                 tokio::time::sleep(delay).await;
                 handler.nack();
             });

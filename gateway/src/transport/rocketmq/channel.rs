@@ -18,14 +18,14 @@ use rocketmq_protocol::rpc::topic_request_header::TopicRequestHeader;
 
 use super::producer::RocketMqProducer;
 use super::{broker_error, MAX_INVISIBLE};
-use crate::blocking::on_gateway_runtime;
 use crate::channel::Channel;
 use crate::error::ChannelError;
 use crate::message::Message;
-use crate::rejection::{self, Rejection};
+use crate::rejection::Rejection;
+use crate::runtime::GatewayRuntime;
 use crate::subscription::Subscription;
-use crate::transport::attributes::{self, MalformedMessage};
-use crate::transport::kit;
+use crate::transport::attributes::{self, MalformedMessage, ReaderWarnings};
+use crate::transport::kit::{self, AfterRouting};
 use crate::transport::receive_loop::receive_readable;
 
 /// The longest a single pop waits. A waiting pop is not woken by a message coming back from the
@@ -46,7 +46,7 @@ pub(super) struct Broker {
 
 /// The reader: a popped message as a `Message`, its handled count resolved with the broker's
 /// attempt (`reconsume_times + 1`). The receipt is the pop checkpoint the broker settles by.
-pub fn read_popped_message(popped: &MessageExt) -> Result<Message, MalformedMessage> {
+pub fn read_popped_message(popped: &MessageExt, warnings: &ReaderWarnings) -> Result<Message, MalformedMessage> {
     let properties = popped.properties();
     let body = popped.body().unwrap_or_default();
     let body =
@@ -54,7 +54,7 @@ pub fn read_popped_message(popped: &MessageExt) -> Result<Message, MalformedMess
     let attribute = |name: &str| properties.get(name).map(CheetahString::as_str);
     let attempt = Some(i64::from(popped.reconsume_times()) + 1);
     let receipt = properties.get(MessageConst::PROPERTY_POP_CK).map(CheetahString::to_string);
-    attributes::read_message(attribute, body, attempt, receipt)
+    attributes::read_message(attribute, body, attempt, receipt, warnings)
 }
 
 fn now_millis() -> u64 {
@@ -70,16 +70,19 @@ enum Settle {
 }
 
 pub struct RocketMqChannel {
+    runtime: GatewayRuntime,
     receiver: Arc<ClientInstanceHandle>,
     settler: Arc<ClientInstanceHandle>,
     broker: Broker,
     subscription: Subscription,
     invisible_time: Duration,
     router: RocketMqProducer,
+    warnings: ReaderWarnings,
 }
 
 impl RocketMqChannel {
     pub(super) fn new(
+        runtime: GatewayRuntime,
         receiver: Arc<ClientInstanceHandle>,
         settler: Arc<ClientInstanceHandle>,
         broker: Broker,
@@ -87,7 +90,8 @@ impl RocketMqChannel {
         invisible_time: Duration,
         router: RocketMqProducer,
     ) -> RocketMqChannel {
-        RocketMqChannel { receiver, settler, broker, subscription, invisible_time, router }
+        let warnings = ReaderWarnings::new(&subscription.name);
+        RocketMqChannel { runtime, receiver, settler, broker, subscription, invisible_time, router, warnings }
     }
 
     fn topic_header(&self) -> Option<TopicRequestHeader> {
@@ -116,11 +120,13 @@ impl RocketMqChannel {
             }),
         };
         let (handle, broker) = (self.receiver.clone(), self.broker.clone());
-        let popped = on_gateway_runtime(async move {
-            handle.pop_message(&broker.name, &broker.address, header, poll + CALL_TIMEOUT_MILLIS).await
-        })
-        .await
-        .map_err(|e| broker_error(self.name(), "pop", e))?;
+        let popped =
+            self.runtime
+                .call(async move {
+                    handle.pop_message(&broker.name, &broker.address, header, poll + CALL_TIMEOUT_MILLIS).await
+                })
+                .await
+                .map_err(|e| broker_error(self.name(), "pop", e))?;
         Ok(popped.msg_found_list.and_then(|messages| messages.into_iter().next()))
     }
 
@@ -140,38 +146,40 @@ impl RocketMqChannel {
         let (queue_id, offset) = (extra.queue_id, extra.queue_offset);
         let (handle, broker, group) = (self.settler.clone(), self.broker.clone(), self.subscription.name.clone());
         let topic_header = self.topic_header();
-        let result = on_gateway_runtime(async move {
-            match how {
-                Settle::Acknowledge => {
-                    let header = AckMessageRequestHeader {
-                        consumer_group: group.into(),
-                        topic: topic.into(),
-                        queue_id,
-                        extra_info: checkpoint.into(),
-                        offset,
-                        lite_topic: None,
-                        topic_request_header: topic_header,
-                    };
-                    handle.ack_message(&broker.address, header, CALL_TIMEOUT_MILLIS).await
+        let result = self
+            .runtime
+            .call(async move {
+                match how {
+                    Settle::Acknowledge => {
+                        let header = AckMessageRequestHeader {
+                            consumer_group: group.into(),
+                            topic: topic.into(),
+                            queue_id,
+                            extra_info: checkpoint.into(),
+                            offset,
+                            lite_topic: None,
+                            topic_request_header: topic_header,
+                        };
+                        handle.ack_message(&broker.address, header, CALL_TIMEOUT_MILLIS).await
+                    }
+                    Settle::Invisible(duration) => {
+                        let header = ChangeInvisibleTimeRequestHeader {
+                            consumer_group: group.into(),
+                            topic: topic.into(),
+                            queue_id,
+                            extra_info: checkpoint.into(),
+                            offset,
+                            invisible_time: duration.min(MAX_INVISIBLE).as_millis() as i64,
+                            lite_topic: None,
+                            suspend: false,
+                            topic_request_header: topic_header,
+                        };
+                        handle.change_invisible_time(&broker.name, &broker.address, header, CALL_TIMEOUT_MILLIS).await
+                    }
                 }
-                Settle::Invisible(duration) => {
-                    let header = ChangeInvisibleTimeRequestHeader {
-                        consumer_group: group.into(),
-                        topic: topic.into(),
-                        queue_id,
-                        extra_info: checkpoint.into(),
-                        offset,
-                        invisible_time: duration.min(MAX_INVISIBLE).as_millis() as i64,
-                        lite_topic: None,
-                        suspend: false,
-                        topic_request_header: topic_header,
-                    };
-                    handle.change_invisible_time(&broker.name, &broker.address, header, CALL_TIMEOUT_MILLIS).await
-                }
-            }
-        })
-        .await
-        .map_err(|e| broker_error(self.name(), operation, e))?;
+            })
+            .await
+            .map_err(|e| broker_error(self.name(), operation, e))?;
         // The broker answers NotExist, not an error, for a checkpoint it no longer holds.
         match result.status() {
             AckStatus::Ok => Ok(()),
@@ -187,18 +195,16 @@ impl RocketMqChannel {
         }
     }
 
-    /// An unreadable message is routed as Unacceptable with its raw body, never dropped.
-    async fn route_unreadable(&self, popped: MessageExt, problem: MalformedMessage) -> Result<(), ChannelError> {
-        tracing::warn!(channel = self.name(), %problem, "routing an unreadable message as Unacceptable");
+    /// The raw message, for routing when it cannot be read.
+    fn unreadable(&self, popped: MessageExt) -> Message {
         let body = popped.body().unwrap_or_default();
         let receipt = popped.properties().get(MessageConst::PROPERTY_POP_CK).map(CheetahString::to_string);
-        let message = attributes::unreadable(
+        attributes::unreadable(
             popped.msg_id(),
             &self.subscription.routing_key,
             &String::from_utf8_lossy(&body),
             receipt,
-        );
-        self.reject(&message, Some(&Rejection::unacceptable(problem.to_string()))).await.map(drop)
+        )
     }
 }
 
@@ -212,8 +218,10 @@ impl Channel for RocketMqChannel {
     async fn receive(&self, timeout: Duration) -> Result<Option<Message>, ChannelError> {
         // No pause after an empty pop: the pop itself long-polls.
         let pop = |wait| self.pop_one(wait);
-        let route = |popped, problem| self.route_unreadable(popped, problem);
-        receive_readable(timeout, Duration::ZERO, pop, read_popped_message, route).await
+        let route =
+            move |popped, problem| async move { kit::route_unreadable(self, &self.unreadable(popped), problem).await };
+        let read = |popped: &MessageExt| read_popped_message(popped, &self.warnings);
+        receive_readable(timeout, Duration::ZERO, pop, read, route).await
     }
 
     async fn acknowledge(&self, message: &Message) -> Result<(), ChannelError> {
@@ -222,17 +230,13 @@ impl Channel for RocketMqChannel {
 
     async fn reject(&self, message: &Message, rejection: Option<&Rejection>) -> Result<bool, ChannelError> {
         let publish = async |topic: &str, copy: Message| self.router.publish_to(topic, &copy, Duration::ZERO).await;
-        match rejection::forward(&self.subscription, message, rejection, publish).await {
-            Ok(routed) => {
-                self.settle(message, Settle::Acknowledge, "reject").await?;
-                Ok(routed)
+        let settle = async |after| match after {
+            AfterRouting::Acknowledge => self.settle(message, Settle::Acknowledge, "reject").await,
+            AfterRouting::Release => {
+                self.settle(message, Settle::Invisible(Duration::ZERO), "release after a failed reject").await
             }
-            Err(error) => {
-                // Never acknowledge what was not routed: release it for another attempt.
-                self.make_invisible(message, Duration::ZERO, "release after a failed reject").await;
-                Err(error)
-            }
-        }
+        };
+        kit::reject_by_forwarding(self.name(), &self.subscription, message, rejection, publish, settle).await
     }
 
     /// The invisible time becomes the delay (at most 12 h): redelivered no sooner.
@@ -266,14 +270,17 @@ mod tests {
     fn a_first_delivery_presents_0_whatever_the_header_count() {
         let mut sent = Message::new("orders", MessageType::Command, "x");
         sent.header.handled_count = 5;
-        assert_eq!(read_popped_message(&popped(&sent, 0)).unwrap().header.handled_count, 0);
+        assert_eq!(read_popped_message(&popped(&sent, 0), &ReaderWarnings::default()).unwrap().header.handled_count, 0);
     }
 
     #[test]
     fn each_redelivery_presents_the_broker_attempt_less_one() {
         let sent = Message::new("orders", MessageType::Command, "x");
-        let counts: Vec<u32> =
-            (0..4).map(|times| read_popped_message(&popped(&sent, times)).unwrap().header.handled_count).collect();
+        let counts: Vec<u32> = (0..4)
+            .map(|times| {
+                read_popped_message(&popped(&sent, times), &ReaderWarnings::default()).unwrap().header.handled_count
+            })
+            .collect();
         assert_eq!(counts, [0, 1, 2, 3]);
     }
 
@@ -283,7 +290,7 @@ mod tests {
         sent.header.correlation_id = Some("c-1".into());
         sent.header.partition_key = Some("p".into());
         sent.header.bag.insert("number".into(), BagValue::Int(-7));
-        let read = read_popped_message(&popped(&sent, 0)).unwrap();
+        let read = read_popped_message(&popped(&sent, 0), &ReaderWarnings::default()).unwrap();
         assert_eq!(read.header.id, sent.header.id);
         assert_eq!(read.header.correlation_id, sent.header.correlation_id);
         assert_eq!(read.header.partition_key, sent.header.partition_key);
@@ -298,9 +305,9 @@ mod tests {
         let mut received = Message::new("orders", MessageType::Command, "x");
         received.header.handled_count = 3;
         received.header.bag.insert("handledCount".into(), BagValue::Int(1));
-        let copy = rejection::stamp(&received, Some(&Rejection::delivery_error("budget spent")));
+        let copy = crate::rejection::stamp(&received, Some(&Rejection::delivery_error("budget spent")));
         for reconsume_times in [0, 4] {
-            let read = read_popped_message(&popped(&copy, reconsume_times)).unwrap();
+            let read = read_popped_message(&popped(&copy, reconsume_times), &ReaderWarnings::default()).unwrap();
             assert_eq!(read.header.handled_count, 3);
             assert!(read.header.bag.contains_key(keys::REJECTION_REASON));
         }
@@ -315,7 +322,7 @@ mod tests {
             .build()
             .unwrap();
         popped.set_message_inner(raw);
-        let problem = read_popped_message(&popped).unwrap_err();
+        let problem = read_popped_message(&popped, &ReaderWarnings::default()).unwrap_err();
         assert!(problem.detail.contains("messageType"), "{problem}");
     }
 }

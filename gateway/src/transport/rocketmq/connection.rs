@@ -14,10 +14,10 @@ use rocketmq_runtime::{RuntimeConfig, RuntimeOwner};
 use super::broker_error;
 use super::channel::{Broker, RocketMqChannel};
 use super::producer::{NativeSender, RocketMqProducer};
-use crate::blocking::on_gateway_runtime;
 use crate::budget::{self, DeliveryCounting};
 use crate::channel::Channel;
 use crate::error::ChannelError;
+use crate::runtime::GatewayRuntime;
 use crate::subscription::{MakeChannels, Subscription};
 
 /// Every handle of one connection shares one client instance (its connections); handles differ
@@ -54,8 +54,10 @@ impl DeliveryCounting for RocketMqSubscription {
     }
 }
 
-/// The client's own runtime, once per process: the client builds its runtime itself, and a
-/// process-wide one outlives every caller's, as the gateway runtime does.
+/// The client's own runtime, once per process. The client does its I/O on a runtime it owns:
+/// rocketmq-runtime says production code must build it through `RuntimeOwner` and never borrow
+/// a caller's Tokio runtime (its borrowing constructor is a hidden test harness). The
+/// connection's `GatewayRuntime` drives the gateway's side of each call.
 fn client_runtime() -> &'static Arc<ClientRuntime> {
     static CLIENT: OnceLock<(RuntimeOwner, Arc<ClientRuntime>)> = OnceLock::new();
     &CLIENT
@@ -97,6 +99,7 @@ pub struct RocketMqConnection {
     name_server: String,
     producer: Arc<dyn NativeSender>,
     admin: Arc<dyn TopicAdmin>,
+    runtime: GatewayRuntime,
 }
 
 type BoxedFuture<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;
@@ -117,42 +120,54 @@ async fn started_producer(name_server: &str, group: String) -> Result<DefaultMQP
 }
 
 /// A started handle on the client instance for `name_server` (one per process and name server).
-async fn started_handle(name_server: &str) -> Result<Arc<ClientInstanceHandle>, ChannelError> {
+async fn started_handle(
+    name_server: &str,
+    runtime: &GatewayRuntime,
+) -> Result<Arc<ClientInstanceHandle>, ChannelError> {
     let mut config = ClientConfig::default();
     config.set_namesrv_addr(name_server.into());
     let handle = ClientInstanceHandle::get_or_create(client_runtime(), CLIENT_DOMAIN, config, None)
         .map_err(|e| broker_error(name_server, "create client", e))?;
     let handle = Arc::new(handle);
     let started = handle.clone();
-    on_gateway_runtime(async move { started.start().await })
+    runtime
+        .call(async move { started.start().await })
         .await
         .map_err(|e| broker_error(name_server, "start client", e))?;
     Ok(handle)
 }
 
 impl RocketMqConnection {
-    /// Connects to the name server at `host:port` and starts the producers.
+    /// Connects to the name server at `host:port` and starts the producers, on the shared
+    /// gateway runtime.
     pub async fn connect(name_server: &str) -> Result<RocketMqConnection, ChannelError> {
+        RocketMqConnection::connect_on(name_server, GatewayRuntime::shared()).await
+    }
+
+    /// As `connect`, with this connection's calls (and those of every channel and producer
+    /// made from it) on `runtime`.
+    pub async fn connect_on(name_server: &str, runtime: GatewayRuntime) -> Result<RocketMqConnection, ChannelError> {
         let address = name_server.to_owned();
         let instance = format!("conformance-{}", uuid::Uuid::new_v4().simple());
-        let (producer, admin) = on_gateway_runtime(async move {
-            let producer = started_producer(&address, format!("{instance}-producer")).await?;
-            let admin = started_producer(&address, format!("{instance}-admin")).await?;
-            let producer: Arc<dyn NativeSender> = Arc::new(producer);
-            let admin: Arc<dyn TopicAdmin> = Arc::new(tokio::sync::Mutex::new(admin));
-            Ok::<_, ChannelError>((producer, admin))
-        })
-        .await?;
-        Ok(RocketMqConnection { name_server: name_server.to_owned(), producer, admin })
+        let (producer, admin) = runtime
+            .call(async move {
+                let producer = started_producer(&address, format!("{instance}-producer")).await?;
+                let admin = started_producer(&address, format!("{instance}-admin")).await?;
+                let producer: Arc<dyn NativeSender> = Arc::new(producer);
+                let admin: Arc<dyn TopicAdmin> = Arc::new(tokio::sync::Mutex::new(admin));
+                Ok::<_, ChannelError>((producer, admin))
+            })
+            .await?;
+        Ok(RocketMqConnection { name_server: name_server.to_owned(), producer, admin, runtime })
     }
 
     pub fn producer(&self) -> RocketMqProducer {
-        RocketMqProducer::new(self.producer.clone())
+        RocketMqProducer::new(self.producer.clone(), self.runtime.clone())
     }
 
     /// A started handle on this connection's client instance.
     pub(super) async fn handle(&self) -> Result<Arc<ClientInstanceHandle>, ChannelError> {
-        started_handle(&self.name_server).await
+        started_handle(&self.name_server, &self.runtime).await
     }
 
     /// Creates `topic` with one queue, or updates it when it exists.
@@ -165,7 +180,8 @@ impl RocketMqConnection {
             system_flag: None,
             attributes: HashMap::new(),
         };
-        on_gateway_runtime(async move { admin.create_topic(request).await })
+        self.runtime
+            .call(async move { admin.create_topic(request).await })
             .await
             .map_err(|e| broker_error(topic, "create topic", e))
     }
@@ -178,7 +194,9 @@ impl RocketMqConnection {
     ) -> Result<Option<Broker>, ChannelError> {
         let handle = handle.clone();
         let name = topic.to_owned();
-        let route = on_gateway_runtime(async move { handle.topic_route(&name, ADMIN_TIMEOUT_MILLIS).await })
+        let route = self
+            .runtime
+            .call(async move { handle.topic_route(&name, ADMIN_TIMEOUT_MILLIS).await })
             .await
             .map_err(|e| broker_error(topic, "topic route", e))?;
         // One broker serves a conformance topic; a multi-broker route would need a pop per broker.
@@ -213,6 +231,7 @@ impl RocketMqConnection {
         budget::warn_if_unenforceable(common, subscription);
         let settler = self.handle().await?;
         Ok(Arc::new(RocketMqChannel::new(
+            self.runtime.clone(),
             receiver,
             settler,
             broker,

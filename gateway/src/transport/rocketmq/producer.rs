@@ -9,10 +9,10 @@ use rocketmq_model::common::message::message_builder::MessageBuilder;
 use rocketmq_model::common::message::message_single::Message as RocketMessage;
 
 use super::broker_error;
-use crate::blocking::on_gateway_runtime;
 use crate::channel::Producer;
 use crate::error::ChannelError;
 use crate::message::Message;
+use crate::runtime::GatewayRuntime;
 use crate::transport::attributes;
 
 /// How long a send may take before it counts as failed.
@@ -50,11 +50,12 @@ impl NativeSender for DefaultMQProducer {
 #[derive(Clone)]
 pub struct RocketMqProducer {
     producer: Arc<dyn NativeSender>,
+    runtime: GatewayRuntime,
 }
 
 impl RocketMqProducer {
-    pub(super) fn new(producer: Arc<dyn NativeSender>) -> RocketMqProducer {
-        RocketMqProducer { producer }
+    pub(super) fn new(producer: Arc<dyn NativeSender>, runtime: GatewayRuntime) -> RocketMqProducer {
+        RocketMqProducer { producer, runtime }
     }
 
     pub async fn publish_to(&self, topic: &str, message: &Message, delay: Duration) -> Result<(), ChannelError> {
@@ -65,7 +66,8 @@ impl RocketMqProducer {
     pub async fn send_native(&self, outgoing: RocketMessage) -> Result<(), ChannelError> {
         let topic = outgoing.topic().to_string();
         let producer = self.producer.clone();
-        on_gateway_runtime(async move { producer.send_native(outgoing).await })
+        self.runtime
+            .call(async move { producer.send_native(outgoing).await })
             .await
             .map_err(|e| broker_error(&topic, "send", e))?;
         Ok(())

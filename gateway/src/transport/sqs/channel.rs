@@ -6,16 +6,15 @@ use async_trait::async_trait;
 use aws_sdk_sqs::types::{Message as SqsMessage, MessageSystemAttributeName};
 
 use super::producer::send_to_queue;
-use super::{
-    broker_error, on_gateway_runtime, read_sns_envelope, send_error, MAX_VISIBILITY_TIMEOUT_SECONDS, MAX_WAIT_SECONDS,
-};
+use super::{broker_error, read_sns_envelope, send_error, MAX_VISIBILITY_TIMEOUT_SECONDS, MAX_WAIT_SECONDS};
 use crate::channel::Channel;
 use crate::error::ChannelError;
 use crate::message::Message;
-use crate::rejection::{self, Rejection};
+use crate::rejection::Rejection;
+use crate::runtime::GatewayRuntime;
 use crate::subscription::Subscription;
-use crate::transport::attributes::{self, MalformedMessage};
-use crate::transport::kit;
+use crate::transport::attributes::{self, MalformedMessage, ReaderWarnings};
+use crate::transport::kit::{self, AfterRouting};
 
 /// How the queue's messages are laid out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,36 +28,43 @@ pub enum Envelope {
 #[derive(Debug, Clone)]
 pub struct SqsChannel {
     pub(super) client: aws_sdk_sqs::Client,
+    pub(super) runtime: GatewayRuntime,
     pub(super) queue_url: String,
     pub(super) dead_letter_url: Option<String>,
     pub(super) invalid_url: Option<String>,
     pub(super) subscription: Subscription,
     pub(super) envelope: Envelope,
     pub(super) fifo: bool,
+    pub(super) warnings: std::sync::Arc<ReaderWarnings>,
 }
 
 /// The reader: an SQS message (raw, or carrying an SNS envelope) as a `Message`.
-pub fn read_sqs_message(message: &SqsMessage, envelope: Envelope) -> Result<Message, MalformedMessage> {
+pub fn read_sqs_message(
+    message: &SqsMessage,
+    envelope: Envelope,
+    warnings: &ReaderWarnings,
+) -> Result<Message, MalformedMessage> {
     let body = message.body().unwrap_or_default();
     let receipt = message.receipt_handle().map(str::to_owned);
     match envelope {
         Envelope::Raw => {
             let received = message.message_attributes();
             let attribute = |name: &str| received?.get(name)?.string_value();
-            attributes::read_message(attribute, body, broker_count(message), receipt)
+            attributes::read_message(attribute, body, broker_count(message, warnings), receipt, warnings)
         }
-        Envelope::Sns => read_sns_envelope(body, broker_count(message), receipt),
+        Envelope::Sns => read_sns_envelope(body, broker_count(message, warnings), receipt, warnings),
     }
 }
 
-fn broker_count(message: &SqsMessage) -> Option<i64> {
-    message.attributes()?.get(&MessageSystemAttributeName::ApproximateReceiveCount)?.parse().ok()
+fn broker_count(message: &SqsMessage, warnings: &ReaderWarnings) -> Option<i64> {
+    let text = message.attributes().and_then(|a| a.get(&MessageSystemAttributeName::ApproximateReceiveCount));
+    attributes::broker_count_from_text(text.map(String::as_str), warnings)
 }
 
 impl SqsChannel {
     /// The broker message as a `Message`; the handled count through the delivery-count rule.
     pub fn read(&self, message: &SqsMessage) -> Result<Message, MalformedMessage> {
-        read_sqs_message(message, self.envelope)
+        read_sqs_message(message, self.envelope, &self.warnings)
     }
 
     /// The URL resolved at creation for the dead-letter or invalid-message queue named `queue`.
@@ -82,7 +88,7 @@ impl SqsChannel {
             .wait_time_seconds(wait_seconds)
             .message_system_attribute_names(MessageSystemAttributeName::All)
             .message_attribute_names("All");
-        let output = on_gateway_runtime(request.send()).await.map_err(|e| broker_error(self.name(), "receive", e))?;
+        let output = self.runtime.call(request.send()).await.map_err(|e| broker_error(self.name(), "receive", e))?;
         Ok(output.messages.unwrap_or_default())
     }
 
@@ -99,14 +105,14 @@ impl SqsChannel {
             .queue_url(&self.queue_url)
             .receipt_handle(receipt)
             .visibility_timeout(seconds.min(MAX_VISIBILITY_TIMEOUT_SECONDS) as i32);
-        on_gateway_runtime(request.send()).await.map_err(|e| broker_error(self.name(), operation, e))?;
+        self.runtime.call(request.send()).await.map_err(|e| broker_error(self.name(), operation, e))?;
         Ok(())
     }
 
     async fn delete(&self, message: &Message, operation: &'static str) -> Result<(), ChannelError> {
         let receipt = self.receipt(message, operation)?;
         let request = self.client.delete_message().queue_url(&self.queue_url).receipt_handle(receipt);
-        on_gateway_runtime(request.send()).await.map_err(|e| broker_error(self.name(), operation, e))?;
+        self.runtime.call(request.send()).await.map_err(|e| broker_error(self.name(), operation, e))?;
         Ok(())
     }
 
@@ -114,16 +120,14 @@ impl SqsChannel {
         message.receipt.as_deref().ok_or_else(|| kit::not_in_flight(self.name(), operation, message))
     }
 
-    /// A message that cannot be read is still routed as Unacceptable with its raw body, never dropped.
-    async fn route_unreadable(&self, raw: &SqsMessage, problem: MalformedMessage) -> Result<(), ChannelError> {
-        tracing::warn!(channel = self.name(), message_id = raw.message_id(), %problem, "routing an unreadable message as Unacceptable");
-        let message = attributes::unreadable(
+    /// The raw message, for routing when it cannot be read.
+    fn unreadable(&self, raw: &SqsMessage) -> Message {
+        attributes::unreadable(
             raw.message_id().unwrap_or_default(),
             &self.subscription.routing_key,
             raw.body().unwrap_or_default(),
             raw.receipt_handle().map(str::to_owned),
-        );
-        self.reject(&message, Some(&Rejection::unacceptable(problem.to_string()))).await.map(drop)
+        )
     }
 }
 
@@ -143,7 +147,7 @@ impl Channel for SqsChannel {
             for raw in self.receive_batch(wait as i32).await? {
                 match self.read(&raw) {
                     Ok(message) => return Ok(Some(message)),
-                    Err(problem) => self.route_unreadable(&raw, problem).await?,
+                    Err(problem) => kit::route_unreadable(self, &self.unreadable(&raw), problem).await?,
                 }
             }
             if started.elapsed() >= timeout {
@@ -163,12 +167,15 @@ impl Channel for SqsChannel {
     async fn reject(&self, message: &Message, rejection: Option<&Rejection>) -> Result<bool, ChannelError> {
         let publish = async |queue: &str, copy: Message| {
             let url = self.destination_url(queue).ok_or_else(|| ChannelError::Missing { channel: queue.to_owned() })?;
-            send_to_queue(&self.client, url, &copy, 0, self.fifo).await.map_err(|e| send_error(url, "reject", e))
+            send_to_queue(&self.runtime, &self.client, url, &copy, 0, self.fifo)
+                .await
+                .map_err(|e| send_error(url, "reject", e))
         };
-        // A failed send leaves the message undeleted: it comes back when its visibility lapses.
-        let routed = rejection::forward(&self.subscription, message, rejection, publish).await?;
-        self.delete(message, "reject").await?;
-        Ok(routed)
+        let settle = async |after| match after {
+            AfterRouting::Acknowledge => self.delete(message, "reject").await,
+            AfterRouting::Release => self.change_visibility(message, 0, "release after a failed reject").await,
+        };
+        kit::reject_by_forwarding(self.name(), &self.subscription, message, rejection, publish, settle).await
     }
 
     async fn requeue(&self, message: &Message, delay: Duration) -> Result<(), ChannelError> {

@@ -4,11 +4,12 @@ use std::time::Duration;
 
 use aws_sdk_sqs::types::QueueAttributeName;
 
+use super::broker_error;
 use super::channel::{Envelope, SqsChannel};
 use super::producer::{SnsProducer, SqsProducer};
-use super::{broker_error, on_gateway_runtime};
 use crate::budget::{self, DeliveryCounting};
 use crate::error::{ChannelError, ErrorKind};
+use crate::runtime::GatewayRuntime;
 use crate::subscription::{MakeChannels, Subscription};
 
 /// SQS and SNS clients for one account and endpoint.
@@ -16,6 +17,7 @@ use crate::subscription::{MakeChannels, Subscription};
 pub struct SqsConnection {
     sqs: aws_sdk_sqs::Client,
     sns: aws_sdk_sns::Client,
+    runtime: GatewayRuntime,
 }
 
 /// A subscription read through SQS.
@@ -58,13 +60,21 @@ impl DeliveryCounting for SqsSubscription {
 }
 
 impl SqsConnection {
+    /// Calls run on the shared gateway runtime; `with_runtime` gives them the caller's.
     pub fn new(sqs: aws_sdk_sqs::Client, sns: aws_sdk_sns::Client) -> SqsConnection {
-        SqsConnection { sqs, sns }
+        SqsConnection { sqs, sns, runtime: GatewayRuntime::shared() }
+    }
+
+    /// Runs this connection's calls, and those of every channel and producer made from it, on
+    /// `runtime`.
+    pub fn with_runtime(self, runtime: GatewayRuntime) -> SqsConnection {
+        SqsConnection { runtime, ..self }
     }
 
     /// From the environment's AWS configuration (credentials, region, `AWS_ENDPOINT_URL`).
     pub async fn from_environment() -> SqsConnection {
-        let config = on_gateway_runtime(aws_config::load_defaults(aws_config::BehaviorVersion::latest())).await;
+        let config =
+            GatewayRuntime::shared().call(aws_config::load_defaults(aws_config::BehaviorVersion::latest())).await;
         SqsConnection::new(aws_sdk_sqs::Client::new(&config), aws_sdk_sns::Client::new(&config))
     }
 
@@ -89,11 +99,11 @@ impl SqsConnection {
     }
 
     pub fn sqs_producer(&self) -> SqsProducer {
-        SqsProducer::new(self.sqs.clone())
+        SqsProducer::new(self.sqs.clone(), self.runtime.clone())
     }
 
     pub fn sns_producer(&self) -> SnsProducer {
-        SnsProducer::new(self.sns.clone())
+        SnsProducer::new(self.sns.clone(), self.runtime.clone())
     }
 
     pub fn sqs_client(&self) -> &aws_sdk_sqs::Client {
@@ -124,12 +134,14 @@ impl SqsConnection {
         budget::warn_if_unenforceable(common, subscription);
         Ok(SqsChannel {
             client: self.sqs.clone(),
+            runtime: self.runtime.clone(),
             queue_url,
             dead_letter_url,
             invalid_url,
             subscription: common.clone(),
             envelope: if subscription.topic.is_some() { Envelope::Sns } else { Envelope::Raw },
             fifo: subscription.fifo,
+            warnings: std::sync::Arc::new(crate::transport::attributes::ReaderWarnings::new(&common.routing_key)),
         })
     }
 
@@ -151,7 +163,7 @@ impl SqsConnection {
         if mode != MakeChannels::Create {
             // SQS addresses queues by URL: resolving it is a read, made in Assume mode too.
             let request = self.sqs.get_queue_url().queue_name(name);
-            return match on_gateway_runtime(request.send()).await {
+            return match self.runtime.call(request.send()).await {
                 Ok(output) => Ok(output.queue_url.unwrap_or_default()),
                 Err(_) => Err(ChannelError::Missing { channel: name.to_owned() }),
             };
@@ -168,13 +180,13 @@ impl SqsConnection {
             let policy = serde_json::json!({ "deadLetterTargetArn": arn, "maxReceiveCount": limit }).to_string();
             request = request.attributes(QueueAttributeName::RedrivePolicy, policy);
         }
-        let output = on_gateway_runtime(request.send()).await.map_err(|e| broker_error(name, "create queue", e))?;
+        let output = self.runtime.call(request.send()).await.map_err(|e| broker_error(name, "create queue", e))?;
         Ok(output.queue_url.unwrap_or_default())
     }
 
     async fn queue_arn(&self, url: &str) -> Result<String, ChannelError> {
         let request = self.sqs.get_queue_attributes().queue_url(url).attribute_names(QueueAttributeName::QueueArn);
-        let output = on_gateway_runtime(request.send()).await.map_err(|e| broker_error(url, "read queue ARN", e))?;
+        let output = self.runtime.call(request.send()).await.map_err(|e| broker_error(url, "read queue ARN", e))?;
         output.attributes.and_then(|attributes| attributes.get(&QueueAttributeName::QueueArn).cloned()).ok_or_else(
             || ChannelError::broker(url, "read queue ARN", ErrorKind::Malformed, "the answer has no QueueArn"),
         )
@@ -185,7 +197,9 @@ impl SqsConnection {
         if fifo {
             request = request.attributes("FifoTopic", "true").attributes("ContentBasedDeduplication", "true");
         }
-        let topic_arn = on_gateway_runtime(request.send())
+        let topic_arn = self
+            .runtime
+            .call(request.send())
             .await
             .map_err(|e| broker_error(topic, "create topic", e))?
             .topic_arn
@@ -198,22 +212,22 @@ impl SqsConnection {
             .protocol("sqs")
             .endpoint(queue_arn)
             .attributes("RawMessageDelivery", "false");
-        on_gateway_runtime(request.send()).await.map_err(|e| broker_error(topic, "subscribe", e))?;
+        self.runtime.call(request.send()).await.map_err(|e| broker_error(topic, "subscribe", e))?;
         Ok(())
     }
 
     /// Deletes queues and a topic by name, ignoring ones already gone: test teardown.
     pub async fn delete(&self, queues: &[String], topic: Option<&str>) {
         for queue in queues {
-            if let Ok(output) = on_gateway_runtime(self.sqs.get_queue_url().queue_name(queue).send()).await {
+            if let Ok(output) = self.runtime.call(self.sqs.get_queue_url().queue_name(queue).send()).await {
                 let url = output.queue_url.unwrap_or_default();
-                let _ = on_gateway_runtime(self.sqs.delete_queue().queue_url(url).send()).await;
+                let _ = self.runtime.call(self.sqs.delete_queue().queue_url(url).send()).await;
             }
         }
         if let Some(topic) = topic {
-            if let Ok(output) = on_gateway_runtime(self.sns.create_topic().name(topic).send()).await {
+            if let Ok(output) = self.runtime.call(self.sns.create_topic().name(topic).send()).await {
                 let arn = output.topic_arn.unwrap_or_default();
-                let _ = on_gateway_runtime(self.sns.delete_topic().topic_arn(arn).send()).await;
+                let _ = self.runtime.call(self.sns.delete_topic().topic_arn(arn).send()).await;
             }
         }
     }

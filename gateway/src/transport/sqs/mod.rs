@@ -10,7 +10,6 @@ mod envelope;
 mod factory;
 mod producer;
 
-use crate::blocking::on_gateway_runtime;
 use aws_sdk_sqs::error::{ProvideErrorMetadata, SdkError};
 
 use crate::error::{BoxError, ChannelError, ErrorKind};

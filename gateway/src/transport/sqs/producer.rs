@@ -7,10 +7,11 @@ use std::time::Duration;
 use async_trait::async_trait;
 use aws_sdk_sqs::types::MessageAttributeValue;
 
-use super::{broker_error, on_gateway_runtime, send_error, DEDUPLICATION_ID_KEY, MAX_DELAY_SECONDS};
+use super::{broker_error, send_error, DEDUPLICATION_ID_KEY, MAX_DELAY_SECONDS};
 use crate::channel::Producer;
 use crate::error::{ChannelError, ErrorKind};
 use crate::message::Message;
+use crate::runtime::GatewayRuntime;
 use crate::transport::attributes::header_attributes;
 use crate::transport::kit;
 
@@ -35,6 +36,7 @@ fn group_and_deduplication(message: &Message) -> (String, String) {
 
 /// Sends a message to a queue by URL: used by the producer and by rejection routing.
 pub(super) async fn send_to_queue(
+    runtime: &GatewayRuntime,
     client: &aws_sdk_sqs::Client,
     url: &str,
     message: &Message,
@@ -52,7 +54,7 @@ pub(super) async fn send_to_queue(
     } else if delay_seconds > 0 {
         request = request.delay_seconds(delay_seconds as i32);
     }
-    on_gateway_runtime(request.send()).await?;
+    runtime.call(request.send()).await?;
     Ok(())
 }
 
@@ -77,12 +79,13 @@ fn delay_seconds(destination: &str, delay: Duration, fifo: bool) -> Result<u64, 
 #[derive(Debug)]
 pub struct SqsProducer {
     client: aws_sdk_sqs::Client,
+    runtime: GatewayRuntime,
     urls: Mutex<HashMap<String, String>>,
 }
 
 impl SqsProducer {
-    pub fn new(client: aws_sdk_sqs::Client) -> SqsProducer {
-        SqsProducer { client, urls: Mutex::default() }
+    pub fn new(client: aws_sdk_sqs::Client, runtime: GatewayRuntime) -> SqsProducer {
+        SqsProducer { client, runtime, urls: Mutex::default() }
     }
 
     async fn url(&self, queue: &str) -> Result<String, ChannelError> {
@@ -90,7 +93,7 @@ impl SqsProducer {
             return Ok(url.clone());
         }
         let request = self.client.get_queue_url().queue_name(queue);
-        let output = on_gateway_runtime(request.send()).await.map_err(|e| broker_error(queue, "send", e))?;
+        let output = self.runtime.call(request.send()).await.map_err(|e| broker_error(queue, "send", e))?;
         let url = output.queue_url.unwrap_or_default();
         self.urls.lock().unwrap_or_else(|p| p.into_inner()).insert(queue.to_owned(), url.clone());
         Ok(url)
@@ -108,7 +111,9 @@ impl Producer for SqsProducer {
         let fifo = queue.ends_with(".fifo");
         let seconds = delay_seconds(queue, delay, fifo)?;
         let url = self.url(queue).await?;
-        send_to_queue(&self.client, &url, message, seconds, fifo).await.map_err(|e| send_error(queue, "send", e))
+        send_to_queue(&self.runtime, &self.client, &url, message, seconds, fifo)
+            .await
+            .map_err(|e| send_error(queue, "send", e))
     }
 }
 
@@ -116,12 +121,13 @@ impl Producer for SqsProducer {
 #[derive(Debug)]
 pub struct SnsProducer {
     client: aws_sdk_sns::Client,
+    runtime: GatewayRuntime,
     arns: Mutex<HashMap<String, String>>,
 }
 
 impl SnsProducer {
-    pub fn new(client: aws_sdk_sns::Client) -> SnsProducer {
-        SnsProducer { client, arns: Mutex::default() }
+    pub fn new(client: aws_sdk_sns::Client, runtime: GatewayRuntime) -> SnsProducer {
+        SnsProducer { client, runtime, arns: Mutex::default() }
     }
 
     /// CreateTopic is idempotent and answers the ARN: the cheapest lookup by name.
@@ -133,7 +139,7 @@ impl SnsProducer {
         if topic.ends_with(".fifo") {
             request = request.attributes("FifoTopic", "true").attributes("ContentBasedDeduplication", "true");
         }
-        let output = on_gateway_runtime(request.send()).await.map_err(|e| broker_error(topic, "send", e))?;
+        let output = self.runtime.call(request.send()).await.map_err(|e| broker_error(topic, "send", e))?;
         let arn = output.topic_arn.unwrap_or_default();
         self.arns.lock().unwrap_or_else(|p| p.into_inner()).insert(topic.to_owned(), arn.clone());
         Ok(arn)
@@ -159,7 +165,7 @@ impl Producer for SnsProducer {
             let (group, deduplication) = group_and_deduplication(message);
             request = request.message_group_id(group).message_deduplication_id(deduplication);
         }
-        on_gateway_runtime(request.send()).await.map_err(|e| broker_error(topic, "send", e))?;
+        self.runtime.call(request.send()).await.map_err(|e| broker_error(topic, "send", e))?;
         Ok(())
     }
 
