@@ -64,9 +64,9 @@ pub enum ContainerError {
         .image.variable,
         start_hint(.stand_in)
     )]
-    DidNotStart { name: &'static str, image: ImageRef, stand_in: Option<&'static str>, error: TestcontainersError },
+    DidNotStart { name: &'static str, image: ImageRef, stand_in: Option<&'static str>, error: Box<TestcontainersError> },
     #[error("the {name} {id} has no port mapped for {port}: {error}")]
-    NoPort { name: &'static str, id: String, port: u16, error: TestcontainersError },
+    NoPort { name: &'static str, id: String, port: u16, error: Box<TestcontainersError> },
     #[error("the {name} {short_id} (image {image}) died mid-run ({how}); stopping so no cell is recorded")]
     Died { name: &'static str, short_id: String, image: ImageRef, how: Death },
 }
@@ -77,7 +77,7 @@ pub enum Death {
     #[error("exit code {0}")]
     Exited(i64),
     #[error("the engine stopped answering: {0}")]
-    EngineStopped(BollardError),
+    EngineStopped(Box<BollardError>),
     #[error("the engine ended its wait")]
     WaitEnded,
 }
@@ -144,7 +144,7 @@ async fn start<I: Image + 'static>(
         name,
         image: reference.clone(),
         stand_in: stand_in(reference),
-        error,
+        error: Box::new(error),
     })?;
     let id = container.id().to_owned();
     exit_hook::register(&id);
@@ -154,7 +154,7 @@ async fn start<I: Image + 'static>(
     std::mem::forget(container);
     let port = match port {
         Ok(port) => port,
-        Err(error) => return Err(ContainerError::NoPort { name, id, port: ports[0], error }),
+        Err(error) => return Err(ContainerError::NoPort { name, id, port: ports[0], error: Box::new(error) }),
     };
     let broker = BrokerContainer { transport, name, id, port };
     watchdog(&broker, reference);
@@ -212,7 +212,7 @@ fn watchdog(broker: &BrokerContainer, image: &ImageRef) {
             Some(Ok(response)) => Death::Exited(response.status_code),
             // bollard reports a non-zero exit as an error; SIGKILL is 137.
             Some(Err(BollardError::DockerContainerWaitError { code, .. })) => Death::Exited(code),
-            Some(Err(error)) => Death::EngineStopped(error),
+            Some(Err(error)) => Death::EngineStopped(Box::new(error)),
             None => Death::WaitEnded,
         };
         fatal(transport, &ContainerError::Died { name, short_id: id[..12].to_owned(), image, how });
