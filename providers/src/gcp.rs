@@ -10,14 +10,13 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use gateway::transport::gcp::{Consumption, GcpConnection, GcpSubscription};
-use gateway::{Channel, Subscription};
+use gateway::{Channel, Producer, Subscription};
 
-use crate::assertion::FullHeader;
 use crate::broker::ImageRef;
-use crate::cell::{Cell, CellParts, CellSpec, Teardown};
+use crate::builder::{reader_subscription, CellBroker, CellNames, CellPlan};
+use crate::cell::Teardown;
 use crate::local::{self, LocalError, LocalProcess};
 use crate::source::{self, Definition, Running};
-use crate::Provider;
 
 /// The DeadLetterPolicy's max_delivery_attempts (M) on every cell subscription.
 pub const NATIVE_REDRIVE_LIMIT: u32 = 5;
@@ -105,7 +104,9 @@ pub fn gcp_stream_ordering() -> &'static GcpConfiguration {
     &CONFIGURATION
 }
 
-struct DeleteAll {
+/// What a cell created, deleted at its end: its subscriptions, then its topics.
+#[derive(Default)]
+pub struct DeleteAll {
     subscriptions: Vec<String>,
     topics: Vec<String>,
 }
@@ -117,66 +118,54 @@ impl Teardown for DeleteAll {
     }
 }
 
+/// As the seed's environment: every subscription, the cell's and its destinations' readers, has a
+/// native DeadLetterPolicy "so delivery_attempt is populated on both sides": a redelivery is
+/// broker-counted and a dead-letter read exercises the discriminator. Without a dead-letter topic
+/// the policy's topic is the subscription's own `<name>-native-dlq`.
+fn counted(common: Subscription, consumption: Consumption, created: &mut DeleteAll) -> GcpSubscription {
+    let mut subscription = GcpSubscription::new(common, consumption);
+    subscription.dead_letter_policy = Some(NATIVE_REDRIVE_LIMIT);
+    if subscription.subscription.dead_letter_routing_key.is_none() {
+        subscription.native_dead_letter_topic = Some(format!("{}-native-dlq", subscription.subscription.name));
+    }
+    subscription.ack_deadline = LEASE;
+    subscription.max_lease = Some(LEASE);
+    created.subscriptions.push(subscription.subscription.name.clone());
+    created.topics.push(subscription.subscription.routing_key.clone());
+    created.topics.extend(subscription.native_dead_letter_topic.clone());
+    subscription
+}
+
 #[async_trait]
-impl Provider for GcpConfiguration {
+impl CellBroker for GcpConfiguration {
+    type Created = DeleteAll;
+
     fn configuration(&self) -> &'static str {
         self.name
     }
 
-    async fn cell(&self, spec: CellSpec) -> Cell {
-        let connection = connection();
-        let topic = spec.unique_name(self.name);
-        let mut common = Subscription::new(format!("{topic}-sub"), &topic).with_requeue_count(spec.requeue_count);
-        if spec.dead_letter {
-            common = common.with_dead_letter(format!("{topic}-dlq"));
-        }
-        if spec.invalid_channel {
-            common = common.with_invalid_message(format!("{topic}-invalid"));
-        }
-        // As the seed's environment: every subscription, the cell's and its destinations'
-        // readers, has a native DeadLetterPolicy "so delivery_attempt is populated on both
-        // sides": a redelivery is broker-counted and a dead-letter read exercises the
-        // discriminator. Without a dead-letter topic the policy's topic is the cell's own.
-        let counted = |common: Subscription, consumption| {
-            let mut subscription = GcpSubscription::new(common, consumption);
-            subscription.dead_letter_policy = Some(NATIVE_REDRIVE_LIMIT);
-            if subscription.subscription.dead_letter_routing_key.is_none() {
-                subscription.native_dead_letter_topic = Some(format!("{}-native-dlq", subscription.subscription.name));
-            }
-            subscription.ack_deadline = LEASE;
-            subscription.max_lease = Some(LEASE);
-            subscription
-        };
-        let mut subscription = counted(common.clone(), self.consumption);
+    /// A topic named as the cell, and its subscription `<topic>-sub`.
+    fn names(&self, topic: &str) -> CellNames {
+        CellNames::new(format!("{topic}-sub"), topic)
+    }
+
+    async fn channel(&self, plan: &CellPlan, created: &mut DeleteAll) -> Arc<dyn Channel> {
+        let mut subscription = counted(plan.subscription.clone(), self.consumption, created);
         subscription.ordering = self.ordering;
-        let channel = connection.channel(&subscription).await.unwrap_or_else(|e| panic!("creating {topic}: {e}"));
-        let mut readers: Vec<Option<Arc<dyn Channel>>> = Vec::new();
-        let mut subscriptions = vec![common.name.clone()];
-        let mut topics = vec![topic.clone()];
-        topics.extend(subscription.native_dead_letter_topic.clone());
-        for destination in [&common.dead_letter_routing_key, &common.invalid_message_routing_key] {
-            readers.push(match destination {
-                Some(destination) => {
-                    let reader =
-                        counted(Subscription::new(format!("{destination}-reader"), destination), Consumption::Pull);
-                    subscriptions.push(reader.subscription.name.clone());
-                    topics.push(destination.clone());
-                    topics.extend(reader.native_dead_letter_topic.clone());
-                    Some(connection.channel(&reader).await.expect("reader"))
-                }
-                None => None,
-            });
-        }
-        CellParts {
-            publish_topic: topic,
-            subscription: common,
-            channel,
-            producer: Arc::new(connection.producer(self.ordering)),
-            invalid: readers.pop().flatten(),
-            dead_letter: readers.pop().flatten(),
-            assertion: Arc::new(FullHeader),
-            teardown: Some(Box::new(DeleteAll { subscriptions, topics })),
-        }
-        .into()
+        let topic = &plan.names.routing_key;
+        connection().channel(&subscription).await.unwrap_or_else(|e| panic!("creating {topic}: {e}"))
+    }
+
+    async fn reader(&self, destination: &str, created: &mut DeleteAll) -> Arc<dyn Channel> {
+        let reader = counted(reader_subscription(destination), Consumption::Pull, created);
+        connection().channel(&reader).await.expect("reader")
+    }
+
+    fn producer(&self, _: &CellPlan) -> Arc<dyn Producer> {
+        Arc::new(connection().producer(self.ordering))
+    }
+
+    fn teardown(&self, created: DeleteAll) -> Option<Box<dyn Teardown>> {
+        Some(Box::new(created))
     }
 }

@@ -5,6 +5,7 @@
 
 pub mod assertion;
 pub mod broker;
+pub mod builder;
 pub mod cell;
 #[cfg(feature = "containers")]
 pub mod containers;
@@ -38,6 +39,7 @@ pub use rocketmq::rocketmq;
 pub use sqs::{sns, sns_fifo, sqs, sqs_fifo};
 
 /// One configuration's provider. A provider starts (or finds) its broker once per test binary.
+/// Every configuration's is a [`builder::CellBroker`], whose cells [`builder::build`] makes.
 #[async_trait]
 pub trait Provider: Send + Sync {
     /// The configuration name in the manifest and the ledger.

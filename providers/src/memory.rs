@@ -4,12 +4,10 @@ use std::sync::{Arc, OnceLock};
 
 use async_trait::async_trait;
 use gateway::transport::memory::MemoryBroker;
-use gateway::{Channel, Subscription};
+use gateway::{Channel, Producer};
 
-use crate::assertion::FullHeader;
-use crate::cell::{Cell, CellParts, CellSpec};
+use crate::builder::{reader_subscription, CellBroker, CellNames, CellPlan};
 use crate::fault::{Fault, StaleRequeue};
-use crate::Provider;
 
 pub struct Memory {
     broker: MemoryBroker,
@@ -21,46 +19,35 @@ pub fn memory() -> &'static Memory {
     PROVIDER.get_or_init(|| Memory { broker: MemoryBroker::new() })
 }
 
-impl Memory {
-    fn reader(&self, queue: &str) -> Arc<dyn Channel> {
-        let subscription = Subscription::new(format!("{queue}-reader"), queue);
-        Arc::new(self.broker.channel(&subscription).expect("create mode always succeeds"))
-    }
-}
-
 #[async_trait]
-impl Provider for Memory {
+impl CellBroker for Memory {
+    type Created = ();
+
     fn configuration(&self) -> &'static str {
         "memory"
     }
 
-    async fn cell(&self, spec: CellSpec) -> Cell {
-        let queue = spec.unique_name(self.configuration());
-        let mut subscription = Subscription::new(&queue, &queue).with_requeue_count(spec.requeue_count);
-        if spec.dead_letter {
-            subscription = subscription.with_dead_letter(format!("{queue}-dlq"));
-        }
-        if spec.invalid_channel {
-            subscription = subscription.with_invalid_message(format!("{queue}-invalid"));
-        }
-        let healthy = self.broker.channel(&subscription).expect("create mode always succeeds");
-        let channel: Arc<dyn Channel> = match Fault::from_environment() {
+    /// One queue, named as the cell.
+    fn names(&self, unique: &str) -> CellNames {
+        CellNames::new(unique, unique)
+    }
+
+    async fn channel(&self, plan: &CellPlan, _: &mut ()) -> Arc<dyn Channel> {
+        let healthy = self.broker.channel(&plan.subscription).expect("create mode always succeeds");
+        match Fault::from_environment() {
             Some(Fault::StaleRequeue) => Arc::new(StaleRequeue::new(healthy)),
             Some(Fault::KillBroker) => {
                 panic!("CONFORMANCE_FAULT=kill-broker needs a broker container; memory has no broker")
             }
             None => Arc::new(healthy),
-        };
-        CellParts {
-            dead_letter: subscription.dead_letter_routing_key.as_deref().map(|q| self.reader(q)),
-            invalid: subscription.invalid_message_routing_key.as_deref().map(|q| self.reader(q)),
-            publish_topic: queue,
-            subscription,
-            channel,
-            producer: Arc::new(self.broker.producer()),
-            assertion: Arc::new(FullHeader),
-            teardown: None,
         }
-        .into()
+    }
+
+    async fn reader(&self, queue: &str, _: &mut ()) -> Arc<dyn Channel> {
+        Arc::new(self.broker.channel(&reader_subscription(queue)).expect("create mode always succeeds"))
+    }
+
+    fn producer(&self, _: &CellPlan) -> Arc<dyn Producer> {
+        Arc::new(self.broker.producer())
     }
 }

@@ -11,14 +11,12 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use gateway::transport::rocketmq::{RocketMqConnection, RocketMqSubscription};
-use gateway::{Channel, Subscription};
+use gateway::{Channel, Producer, Subscription};
 
-use crate::assertion::FullHeader;
 use crate::broker::ImageRef;
-use crate::cell::{Cell, CellParts, CellSpec};
+use crate::builder::{reader_subscription, CellBroker, CellNames, CellPlan};
 use crate::local::{self, LocalError, LocalProcess};
 use crate::source::{self, Definition, Running};
-use crate::Provider;
 
 /// The lease of a popped message in a cell (the manifest's `lease_ms`): room for FR-2's delay and
 /// the "at once" bound together, since the broker's pop revive takes 2 to 5 s to redeliver.
@@ -111,7 +109,7 @@ pub fn rocketmq() -> &'static RocketMqConfiguration {
     &CONFIGURATION
 }
 
-/// A channel on `topic` for consumer group `group`, with the cells' lease.
+/// A channel for `subscription` (a consumer group on a topic), with the cells' lease.
 async fn channel(subscription: Subscription) -> Arc<dyn Channel> {
     let name = subscription.name.clone();
     let mut subscription = RocketMqSubscription::new(subscription);
@@ -119,42 +117,29 @@ async fn channel(subscription: Subscription) -> Arc<dyn Channel> {
     connection().channel(&subscription).await.unwrap_or_else(|e| panic!("creating {name}: {e}"))
 }
 
+// Topics are left on the broker: its store is the test binary's own and goes with it.
 #[async_trait]
-impl Provider for RocketMqConfiguration {
+impl CellBroker for RocketMqConfiguration {
+    type Created = ();
+
     fn configuration(&self) -> &'static str {
         self.name
     }
 
-    // Topics are left on the broker: its store is the test binary's own and goes with it.
-    async fn cell(&self, spec: CellSpec) -> Cell {
-        let topic = spec.unique_name(self.name);
-        let mut common = Subscription::new(format!("{topic}-group"), &topic).with_requeue_count(spec.requeue_count);
-        if spec.dead_letter {
-            common = common.with_dead_letter(format!("{topic}-dlq"));
-        }
-        if spec.invalid_channel {
-            common = common.with_invalid_message(format!("{topic}-invalid"));
-        }
-        let main = channel(common.clone()).await;
-        let mut readers = Vec::new();
-        for destination in [&common.dead_letter_routing_key, &common.invalid_message_routing_key] {
-            readers.push(match destination {
-                Some(destination) => {
-                    Some(channel(Subscription::new(format!("{destination}-reader"), destination)).await)
-                }
-                None => None,
-            });
-        }
-        CellParts {
-            publish_topic: topic,
-            subscription: common,
-            channel: main,
-            producer: Arc::new(connection().producer()),
-            invalid: readers.pop().flatten(),
-            dead_letter: readers.pop().flatten(),
-            assertion: Arc::new(FullHeader),
-            teardown: None,
-        }
-        .into()
+    /// A topic named as the cell, consumed by the group `<topic>-group`.
+    fn names(&self, topic: &str) -> CellNames {
+        CellNames::new(format!("{topic}-group"), topic)
+    }
+
+    async fn channel(&self, plan: &CellPlan, _: &mut ()) -> Arc<dyn Channel> {
+        channel(plan.subscription.clone()).await
+    }
+
+    async fn reader(&self, destination: &str, _: &mut ()) -> Arc<dyn Channel> {
+        channel(reader_subscription(destination)).await
+    }
+
+    fn producer(&self, _: &CellPlan) -> Arc<dyn Producer> {
+        Arc::new(connection().producer())
     }
 }

@@ -10,14 +10,13 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use gateway::transport::sqs::{SqsConnection, SqsSubscription};
-use gateway::{Channel, Producer, Subscription};
+use gateway::{Channel, Producer};
 
-use crate::assertion::FullHeader;
 use crate::broker::ImageRef;
-use crate::cell::{Cell, CellParts, CellSpec, Teardown};
+use crate::builder::{CellBroker, CellNames, CellPlan};
+use crate::cell::Teardown;
 use crate::local::{self, LocalError, LocalProcess};
 use crate::source::{self, Definition, Running};
-use crate::Provider;
 
 /// A cell queue's visibility timeout: the soonest an unsettled message comes back by itself (the
 /// manifest's `lease_ms`): short, so a cell can watch a settled source past it, yet room for FR-2's
@@ -104,7 +103,9 @@ pub fn sns_fifo() -> &'static SqsConfiguration {
     &CONFIGURATION
 }
 
-struct DeleteAll {
+/// What a cell created, deleted at its end: its queues and its SNS topic.
+#[derive(Default)]
+pub struct DeleteAll {
     queues: Vec<String>,
     topic: Option<String>,
 }
@@ -117,55 +118,54 @@ impl Teardown for DeleteAll {
 }
 
 #[async_trait]
-impl Provider for SqsConfiguration {
+impl CellBroker for SqsConfiguration {
+    type Created = DeleteAll;
+
     fn configuration(&self) -> &'static str {
         self.name
     }
 
-    async fn cell(&self, spec: CellSpec) -> Cell {
-        let connection = connection();
-        let base = spec.unique_name(self.name);
+    /// A queue named as the cell (`.fifo` on a FIFO configuration, and on its destinations);
+    /// `sns` publishes to the topic `<cell>-topic` feeding it.
+    fn names(&self, base: &str) -> CellNames {
         let suffix = if self.fifo { ".fifo" } else { "" };
-        let queue = format!("{base}{suffix}");
-        let mut common = Subscription::new(&base, &queue).with_requeue_count(spec.requeue_count);
-        if spec.dead_letter {
-            common = common.with_dead_letter(format!("{base}-dlq{suffix}"));
+        let mut names = CellNames::new(base, format!("{base}{suffix}"));
+        names.suffix = suffix;
+        if self.sns {
+            names.publish_topic = format!("{base}-topic{suffix}");
         }
-        if spec.invalid_channel {
-            common = common.with_invalid_message(format!("{base}-invalid{suffix}"));
-        }
-        let mut subscription = SqsSubscription::new(common.clone());
+        names
+    }
+
+    async fn channel(&self, plan: &CellPlan, created: &mut DeleteAll) -> Arc<dyn Channel> {
+        let queue = &plan.names.routing_key;
+        let mut subscription = SqsSubscription::new(plan.subscription.clone());
         subscription.fifo = self.fifo;
-        subscription.topic = self.sns.then(|| format!("{base}-topic{suffix}"));
+        subscription.topic = self.sns.then(|| plan.names.publish_topic.clone());
         subscription.visibility_timeout = LEASE;
-        subscription.redrive_limit = (spec.dead_letter && spec.requeue_count > 0).then_some(NATIVE_REDRIVE_LIMIT);
-        let channel = connection.channel(&subscription).await.unwrap_or_else(|e| panic!("creating {queue}: {e}"));
-        let mut readers = Vec::new();
-        for name in [&common.dead_letter_routing_key, &common.invalid_message_routing_key] {
-            readers.push(match name {
-                Some(name) => {
-                    Some(Arc::new(connection.reader(name, self.fifo).await.expect("reader")) as Arc<dyn Channel>)
-                }
-                None => None,
-            });
+        subscription.redrive_limit =
+            (plan.spec.dead_letter && plan.spec.requeue_count > 0).then_some(NATIVE_REDRIVE_LIMIT);
+        let channel = connection().channel(&subscription).await.unwrap_or_else(|e| panic!("creating {queue}: {e}"));
+        created.queues.push(queue.clone());
+        created.topic = subscription.topic;
+        Arc::new(channel)
+    }
+
+    async fn reader(&self, queue: &str, created: &mut DeleteAll) -> Arc<dyn Channel> {
+        let reader = connection().reader(queue, self.fifo).await.expect("reader");
+        created.queues.push(queue.to_owned());
+        Arc::new(reader)
+    }
+
+    fn producer(&self, _: &CellPlan) -> Arc<dyn Producer> {
+        if self.sns {
+            Arc::new(connection().sns_producer())
+        } else {
+            Arc::new(connection().sqs_producer())
         }
-        let producer: Arc<dyn Producer> =
-            if self.sns { Arc::new(connection.sns_producer()) } else { Arc::new(connection.sqs_producer()) };
-        let queues =
-            [Some(queue.clone()), common.dead_letter_routing_key.clone(), common.invalid_message_routing_key.clone()];
-        CellParts {
-            publish_topic: subscription.topic.clone().unwrap_or(queue),
-            subscription: common,
-            channel: Arc::new(channel),
-            producer,
-            invalid: readers.pop().flatten(),
-            dead_letter: readers.pop().flatten(),
-            assertion: Arc::new(FullHeader),
-            teardown: Some(Box::new(DeleteAll {
-                queues: queues.into_iter().flatten().collect(),
-                topic: subscription.topic,
-            })),
-        }
-        .into()
+    }
+
+    fn teardown(&self, created: DeleteAll) -> Option<Box<dyn Teardown>> {
+        Some(Box::new(created))
     }
 }

@@ -1,0 +1,135 @@
+//! The one cell builder. Every configuration builds its cells the same way: unique names, the
+//! subscription (budget and rejection destinations), the cell's channel, a reader of each
+//! rejection destination, the producer, the teardown and the message assertion. [`build`] does
+//! that once; a configuration implements [`CellBroker`] for what only its broker knows (how names
+//! map to its queues or topics, how a channel, a reader and a producer are made, what to delete),
+//! and is a [`Provider`] through it.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use gateway::{Channel, Producer, Subscription};
+
+use crate::assertion::{FullHeader, MessageAssertion};
+use crate::cell::{Cell, CellParts, CellSpec, Teardown};
+use crate::Provider;
+
+/// A cell's names, derived by its broker from the cell's unique name.
+#[derive(Debug, Clone)]
+pub struct CellNames {
+    /// The subscription's name (a queue's, a Pub/Sub subscription's, a RocketMQ consumer group's).
+    pub subscription: String,
+    /// What the subscription consumes from: a queue or a topic.
+    pub routing_key: String,
+    /// Where the cell's producer publishes: the routing key, or a topic feeding it.
+    pub publish_topic: String,
+    /// Ends every rejection destination's name (`.fifo` on SQS FIFO queues).
+    pub suffix: &'static str,
+}
+
+impl CellNames {
+    /// A subscription named `subscription` on `routing_key`, published to directly.
+    pub fn new(subscription: impl Into<String>, routing_key: impl Into<String>) -> CellNames {
+        let routing_key = routing_key.into();
+        CellNames { subscription: subscription.into(), publish_topic: routing_key.clone(), routing_key, suffix: "" }
+    }
+}
+
+/// A cell before its broker creates anything: what the behaviour asks for, the names, and the
+/// subscription with its budget and rejection destinations (`<unique>-dlq<suffix>`,
+/// `<unique>-invalid<suffix>`).
+#[derive(Debug, Clone)]
+pub struct CellPlan {
+    pub spec: CellSpec,
+    pub names: CellNames,
+    pub subscription: Subscription,
+}
+
+/// What a configuration's broker does for a cell; [`build`] does the rest.
+#[async_trait]
+pub trait CellBroker: Send + Sync {
+    /// What the cell created on the broker, collected for its teardown (`()` when nothing is
+    /// deleted: the broker's store is the test binary's own).
+    type Created: Default + Send;
+
+    /// The configuration name in the manifest and the ledger; the first part of every name.
+    fn configuration(&self) -> &'static str;
+
+    /// The cell's names, from `unique` (the cell's [`CellSpec::unique_name`]).
+    fn names(&self, unique: &str) -> CellNames;
+
+    /// The cell's channel on `plan.subscription`, with the cells' lease.
+    async fn channel(&self, plan: &CellPlan, created: &mut Self::Created) -> Arc<dyn Channel>;
+
+    /// A reader of the rejection destination `destination` (see [`reader_subscription`]).
+    async fn reader(&self, destination: &str, created: &mut Self::Created) -> Arc<dyn Channel>;
+
+    /// The cell's producer, publishing to `plan.names.publish_topic`.
+    fn producer(&self, plan: &CellPlan) -> Arc<dyn Producer>;
+
+    /// What must survive a round trip through the broker.
+    fn assertion(&self) -> Arc<dyn MessageAssertion> {
+        Arc::new(FullHeader)
+    }
+
+    /// Deletes what the cell created; `None` leaves it on the broker.
+    fn teardown(&self, created: Self::Created) -> Option<Box<dyn Teardown>> {
+        drop(created);
+        None
+    }
+}
+
+/// The subscription that reads a rejection destination: `<destination>-reader` on it.
+pub fn reader_subscription(destination: &str) -> Subscription {
+    Subscription::new(format!("{destination}-reader"), destination)
+}
+
+/// Builds one cell on `broker`: names, subscription, channel, then the dead-letter and invalid
+/// readers, producer, assertion and teardown, in that order.
+pub async fn build<B: CellBroker + ?Sized>(broker: &B, spec: CellSpec) -> Cell {
+    let unique = spec.unique_name(broker.configuration());
+    let names = broker.names(&unique);
+    let mut subscription =
+        Subscription::new(&names.subscription, &names.routing_key).with_requeue_count(spec.requeue_count);
+    if spec.dead_letter {
+        subscription = subscription.with_dead_letter(format!("{unique}-dlq{}", names.suffix));
+    }
+    if spec.invalid_channel {
+        subscription = subscription.with_invalid_message(format!("{unique}-invalid{}", names.suffix));
+    }
+    let plan = CellPlan { spec, names, subscription };
+    let mut created = B::Created::default();
+    let channel = broker.channel(&plan, &mut created).await;
+    let dead_letter = match &plan.subscription.dead_letter_routing_key {
+        Some(destination) => Some(broker.reader(destination, &mut created).await),
+        None => None,
+    };
+    let invalid = match &plan.subscription.invalid_message_routing_key {
+        Some(destination) => Some(broker.reader(destination, &mut created).await),
+        None => None,
+    };
+    let producer = broker.producer(&plan);
+    CellParts {
+        publish_topic: plan.names.publish_topic,
+        subscription: plan.subscription,
+        channel,
+        producer,
+        dead_letter,
+        invalid,
+        assertion: broker.assertion(),
+        teardown: broker.teardown(created),
+    }
+    .into()
+}
+
+/// Every cell broker is its configuration's provider.
+#[async_trait]
+impl<B: CellBroker> Provider for B {
+    fn configuration(&self) -> &'static str {
+        CellBroker::configuration(self)
+    }
+
+    async fn cell(&self, spec: CellSpec) -> Cell {
+        build(self, spec).await
+    }
+}
