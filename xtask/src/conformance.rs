@@ -2,7 +2,7 @@
 //! (ignored ones too, so a Deferred cell that now passes is seen), map results to ledger cells,
 //! apply the update rules, record the run, and regenerate so Fixed cells lose their ignore.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -14,12 +14,28 @@ use ledger::{Behaviour, CellId, CellResult, ConfigurationRun, Ledger, RunRecord,
 
 use crate::libtest::{self, TestResult};
 use crate::root;
+use crate::selection::{self, Selection};
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// A transport to run (repeatable; default: memory). Valid choices are the manifest's transports
+    /// A transport to run (repeatable), or `all`. Default: memory, or the transports of the
+    /// chosen configurations. Valid choices are the manifest's transports
     #[arg(long = "transport", value_name = "TRANSPORT")]
     transports: Vec<String>,
+    /// Run only this configuration (repeatable). A narrowed run updates only the cells it ran
+    #[arg(long = "configuration", value_name = "NAME")]
+    configurations: Vec<String>,
+    /// Run only this behaviour (repeatable), as FR-N
+    #[arg(long = "behaviour", value_name = "FR-N")]
+    behaviours: Vec<String>,
+    /// Run only this pump variant (repeatable): reactor or proactor. A cell changes status only
+    /// when both ran; one variant can still reveal a regression
+    #[arg(long = "variant", value_name = "VARIANT")]
+    variants: Vec<String>,
+    /// Stop a transport's test binary that runs longer than this, naming the cells still
+    /// running; the ledger is left untouched
+    #[arg(long, value_name = "SECONDS", default_value_t = 1200)]
+    binary_timeout: u64,
     /// Also write the results as JUnit XML to this file
     #[arg(long, value_name = "PATH")]
     junit: Option<PathBuf>,
@@ -124,9 +140,14 @@ fn build_test_binary(transport: &str, feature: &str, brokers: Brokers) -> Result
         .with_context(|| format!("cargo built no {transport} test executable"))
 }
 
-pub(crate) fn count_tests(executable: &Path) -> Result<usize> {
-    let output = Command::new(executable).args(["--list", "--include-ignored"]).output()?;
-    Ok(String::from_utf8_lossy(&output.stdout).lines().filter(|line| line.ends_with(": test")).count())
+/// The names of the tests `filters` select (all when empty).
+pub(crate) fn list_tests(executable: &Path, filters: &[String]) -> Result<Vec<String>> {
+    let output = Command::new(executable).args(["--list", "--include-ignored"]).args(filters).output()?;
+    Ok(String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter_map(|line| line.strip_suffix(": test"))
+        .map(str::to_owned)
+        .collect())
 }
 
 /// libtest's `---- <name> stdout ----` sections, by test name.
@@ -148,25 +169,41 @@ fn failure_sections(lines: &[String]) -> BTreeMap<String, String> {
     sections
 }
 
-/// Runs one transport's test binary from `workspace`'s generated crate, every cell at once.
+/// One run of a transport's test binary.
+pub(crate) struct BinaryCall<'a> {
+    /// The workspace whose generated crate the binary runs from.
+    pub workspace: &'a Path,
+    pub transport: &'a str,
+    pub brokers: Brokers,
+    pub executable: &'a Path,
+    /// libtest filters (a test runs when any matches); empty runs every test.
+    pub filters: Vec<String>,
+    /// The binary is killed after this long, and the run fails naming the tests still running.
+    pub limit: Duration,
+}
+
+/// The default ceiling of a binary run, for callers with no flag for it (the mutation run).
+pub(crate) const DEFAULT_BINARY_LIMIT: Duration = Duration::from_secs(1200);
+
+/// Runs one transport's test binary, every selected cell at once.
 pub(crate) fn run_binary(
-    workspace: &Path,
-    transport: &str,
-    brokers: Brokers,
-    executable: &Path,
+    call: &BinaryCall,
     done: &mut usize,
     total: usize,
 ) -> Result<(Vec<Finished>, BTreeMap<String, String>, Duration)> {
-    let tests = count_tests(executable)?;
+    let BinaryCall { workspace, transport, brokers, executable, .. } = *call;
+    let tests = list_tests(executable, &call.filters)?;
     let started = Instant::now();
     let mut child = Command::new(executable)
         .current_dir(workspace.join(generator::GENERATED))
-        .args(["--include-ignored", "--test-threads", &tests.clamp(1, 64).to_string()])
+        .args(["--include-ignored", "--test-threads", &tests.len().clamp(1, 64).to_string()])
+        .args(&call.filters)
         .env(Brokers::VARIABLE, brokers.name())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .with_context(|| format!("cannot start {}", executable.display()))?;
+    let watchdog = Watchdog::start(child.id(), call.limit);
     // The binary's stderr is passed through; a line in which providers::source stops it for its
     // broker (`error: <transport> broker: …`) voids the run even if libtest's summary got out.
     let broker_stopped = {
@@ -196,6 +233,17 @@ pub(crate) fn run_binary(
         lines.push(line);
     }
     let status = child.wait()?;
+    if watchdog.fired() && !summarised {
+        let finished_names: BTreeSet<&str> = finished.iter().map(|f| f.name.as_str()).collect();
+        let running: Vec<&str> =
+            tests.iter().map(String::as_str).filter(|name| !finished_names.contains(name)).collect();
+        bail!(
+            "the {transport} conformance binary timed out after {} s (--binary-timeout) and was stopped; \
+             still running: {}; the ledger is left untouched",
+            call.limit.as_secs(),
+            running.join(", ")
+        );
+    }
     if let Some(line) = broker_stopped.join().expect("the stderr reader panicked") {
         bail!(
             "the {transport} conformance binary stopped for its broker ({status}): {line}; the ledger is left untouched"
@@ -208,6 +256,34 @@ pub(crate) fn run_binary(
         );
     }
     Ok((finished, failure_sections(&lines), started.elapsed()))
+}
+
+/// Kills a process that outlives its limit, from a thread of its own.
+struct Watchdog {
+    done: std::sync::mpsc::Sender<()>,
+    fired: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Watchdog {
+    fn start(pid: u32, limit: Duration) -> Watchdog {
+        let (done, finished) = std::sync::mpsc::channel::<()>();
+        let fired = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = fired.clone();
+        std::thread::spawn(move || {
+            if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = finished.recv_timeout(limit) {
+                flag.store(true, std::sync::atomic::Ordering::SeqCst);
+                // SIGKILL: a hung binary may not answer anything gentler. Its local brokers
+                // read their stdin from it, and stop when it dies.
+                let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).status();
+            }
+        });
+        Watchdog { done, fired }
+    }
+
+    fn fired(&self) -> bool {
+        let _ = self.done.send(());
+        self.fired.load(std::sync::atomic::Ordering::SeqCst)
+    }
 }
 
 fn variant_result(results: &[&Finished], variant: &str) -> VariantResult {
@@ -254,28 +330,57 @@ pub fn run(args: &Args) -> Result<()> {
     let ledger_dir = args.ledger_dir.clone().unwrap_or_else(|| default_dir.clone());
     let cells_path = ledger_dir.join("cells.tsv");
     let mut ledger = Ledger::load(&cells_path)?;
-    let transports = selected_transports(&manifest, &args.transports)?;
+    let asked = selection::Asked {
+        transports: args.transports.clone(),
+        configurations: args.configurations.clone(),
+        behaviours: args.behaviours.clone(),
+        variants: args.variants.clone(),
+    };
+    let selection = Selection::new(&manifest, &asked)?;
     let modules: BTreeMap<String, &str> =
         manifest.configurations.iter().map(|c| (c.module(), c.name.as_str())).collect();
+    // The binaries are built from generated/: stale code would test what the templates no
+    // longer say.
+    generator::generate(&root, generator::Mode::Check).context("generated/ must be fresh before a conformance run")?;
 
     // Build everything first, so the progress count covers the whole matrix.
     let mut binaries = Vec::new();
     eprintln!("brokers: {} (each transport says below which source it used)", args.brokers.name());
-    for (transport, feature) in &transports {
+    for (transport, feature) in &selection.transports {
         if args.brokers.may_use_local() {
             crate::brokers::install(transport)?;
         }
         eprintln!("building the {transport} conformance tests (feature {feature})");
         let executable = build_test_binary(transport, feature, args.brokers)?;
-        let configurations: Vec<String> =
-            manifest.configurations.iter().filter(|c| c.transport == *transport).map(|c| c.name.clone()).collect();
-        binaries.push((*transport, executable, configurations));
+        binaries.push((*transport, executable, selection.filters(&manifest, transport)));
     }
-    let total: usize = binaries.iter().map(|(_, exe, _)| count_tests(exe).unwrap_or(0)).sum();
+    let total: usize = binaries.iter().map(|(_, exe, filters)| list_tests(exe, filters).map_or(0, |t| t.len())).sum();
     let (mut done, mut runs) = (0, Vec::new());
-    for (transport, executable, configurations) in &binaries {
-        let (finished, failures, wall) = run_binary(&root, transport, args.brokers, executable, &mut done, total)?;
-        runs.push(BinaryRun { configurations: configurations.clone(), finished, failures, wall });
+    for (transport, executable, filters) in binaries {
+        let call = BinaryCall {
+            workspace: &root,
+            transport,
+            brokers: args.brokers,
+            executable: &executable,
+            filters,
+            limit: Duration::from_secs(args.binary_timeout),
+        };
+        let (finished, failures, wall) = run_binary(&call, &mut done, total)?;
+        let missing: Vec<String> = selection
+            .expected(transport)
+            .into_iter()
+            .filter(|expected| !finished.iter().any(|f| expected.is(&f.name)))
+            .map(|t| format!("{}/FR-{} ({})", modules.get(&t.module).copied().unwrap_or("?"), t.behaviour, t.variant))
+            .collect();
+        if !missing.is_empty() {
+            bail!(
+                "the {transport} run reported no result for {} selected test(s): {}; the ledger is left untouched",
+                missing.len(),
+                missing.join(", ")
+            );
+        }
+        let configurations = selection.configurations_of(transport).iter().map(|c| c.name.clone()).collect();
+        runs.push(BinaryRun { configurations, finished, failures, wall });
     }
 
     // Every binary completed: only now may the ledger change.
@@ -283,7 +388,7 @@ pub fn run(args: &Args) -> Result<()> {
     let mut timings: BTreeMap<CellId, Duration> = BTreeMap::new();
     for run in &runs {
         for configuration in &run.configurations {
-            for behaviour in manifest.behaviour_ids() {
+            for &behaviour in &selection.behaviours {
                 let cell = CellId::new(configuration.clone(), behaviour);
                 let mine: Vec<&Finished> = run
                     .finished
@@ -330,8 +435,11 @@ pub fn run(args: &Args) -> Result<()> {
     for cell in &report.failing {
         problems.push(format!("failing: {cell} fails and is not Deferred (defer it with a reason, or fix it)"));
     }
-    for cell in &report.incomplete {
-        problems.push(format!("incomplete: {cell} did not run in both pump variants"));
+    // A run narrowed to one variant cannot complete a cell; that is what was asked for.
+    if selection.every_variant(&manifest) {
+        for cell in &report.incomplete {
+            problems.push(format!("incomplete: {cell} did not run in both pump variants"));
+        }
     }
     if !problems.is_empty() {
         bail!("{}", problems.join("\n"));

@@ -5,6 +5,7 @@ mod conformance;
 mod ledger_tasks;
 mod libtest;
 mod mutants;
+mod selection;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;

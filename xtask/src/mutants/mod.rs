@@ -91,10 +91,17 @@ fn measure(
         let executable = executables
             .get(&transport.name)
             .with_context(|| format!("cargo built no {} test executable", transport.name))?;
-        let total = conformance::count_tests(executable)?;
-        let (finished, _, wall) =
-            conformance::run_binary(&scratch.root, &transport.name, brokers, executable, &mut 0, total)
-                .with_context(|| format!("{label}: the {} cells did not complete", transport.name))?;
+        let total = conformance::list_tests(executable, &[])?.len();
+        let call = conformance::BinaryCall {
+            workspace: &scratch.root,
+            transport: &transport.name,
+            brokers,
+            executable,
+            filters: Vec::new(),
+            limit: conformance::DEFAULT_BINARY_LIMIT,
+        };
+        let (finished, _, wall) = conformance::run_binary(&call, &mut 0, total)
+            .with_context(|| format!("{label}: the {} cells did not complete", transport.name))?;
         eprintln!("mutants: {label}: {} ran in {:.1} s", transport.name, wall.as_secs_f64());
         for test in &finished {
             let Some((module, _, number)) = libtest::cell_of(&test.name) else { continue };

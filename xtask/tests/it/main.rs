@@ -77,10 +77,42 @@ fn an_unknown_transport_is_refused_with_the_valid_choices() {
         .unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(!output.status.success());
-    assert!(
-        stderr.contains("--transport kafka: no such transport in templates/manifest.yaml; valid choices: memory"),
-        "{stderr}"
+    assert!(stderr.contains("--transport kafka: not in templates/manifest.yaml; valid choices: memory"), "{stderr}");
+}
+
+fn conformance_with(ledger: &Path, args: &[&str]) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_xtask"));
+    command.args(["conformance", "--ledger-dir"]).arg(ledger).args(args).env_remove("CONFORMANCE_FAULT");
+    command.output().unwrap()
+}
+
+#[test]
+fn a_run_narrowed_to_one_cell_runs_exactly_that_cell_and_changes_no_other_row() {
+    let ledger = scratch_ledger();
+    let before = std::fs::read(ledger.path().join("cells.tsv")).unwrap();
+    let output = conformance_with(
+        ledger.path(),
+        &["--configuration", "memory", "--behaviour", "FR-23", "--variant", "proactor"],
     );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert!(stderr.contains("[  1/1] memory::proactor::fr_23::"), "exactly one test ran: {stderr}");
+    assert_eq!(std::fs::read(ledger.path().join("cells.tsv")).unwrap(), before, "no row changed");
+    let runs = std::fs::read_to_string(ledger.path().join("runs.jsonl")).unwrap();
+    assert!(runs.contains("\"configuration\":\"memory\",\"variant\":\"proactor\",\"passed\":1,"), "{runs}");
+    assert!(!runs.contains("\"variant\":\"reactor\""), "the reactor variant did not run: {runs}");
+}
+
+#[test]
+fn a_binary_over_its_time_limit_is_stopped_naming_the_cells_and_the_ledger_is_untouched() {
+    let ledger = scratch_ledger();
+    let before = ledger_files(ledger.path());
+    let output = conformance_with(ledger.path(), &["--binary-timeout", "1"]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(stderr.contains("the memory conformance binary timed out after 1 s (--binary-timeout)"), "{stderr}");
+    assert!(stderr.contains("still running: memory::"), "{stderr}");
+    assert_eq!(ledger_files(ledger.path()), before, "the ledger is left untouched");
 }
 
 /// The Pub/Sub stand-in `cargo xtask brokers images` builds (xtask's `brokers::PUBSUB_STAND_IN`).
