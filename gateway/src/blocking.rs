@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use crate::budget::CountingReport;
 use crate::channel::{Channel, Producer};
 use crate::error::ChannelError;
 use crate::message::Message;
@@ -17,6 +18,10 @@ pub trait BlockingChannel: Send + Sync {
     fn reject(&self, message: &Message, rejection: Option<&Rejection>) -> Result<bool, ChannelError>;
     fn requeue(&self, message: &Message, delay: Duration) -> Result<(), ChannelError>;
     fn nack(&self, message: &Message) -> Result<(), ChannelError>;
+    /// As `Channel::counting`.
+    fn counting(&self) -> Option<CountingReport> {
+        None
+    }
 }
 
 pub trait BlockingProducer: Send + Sync {
@@ -71,6 +76,9 @@ impl<C: Channel> BlockingChannel for Blocking<C> {
     }
     fn nack(&self, message: &Message) -> Result<(), ChannelError> {
         self.runtime.block_on(self.inner.nack(message))
+    }
+    fn counting(&self) -> Option<CountingReport> {
+        self.inner.counting()
     }
 }
 

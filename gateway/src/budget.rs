@@ -89,6 +89,46 @@ pub fn validate(subscription: &Subscription, counting: Option<&dyn DeliveryCount
     warnings
 }
 
+/// What a channel knows of its broker's delivery counting, kept at creation so a pump can ask for
+/// it when it starts. Channels of republishing transports have none.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CountingReport {
+    pub native_redrive_limit: Option<u32>,
+    pub unenforceable_reason: Option<String>,
+}
+
+impl CountingReport {
+    pub fn of(counting: &dyn DeliveryCounting) -> CountingReport {
+        CountingReport {
+            native_redrive_limit: counting.native_redrive_limit(),
+            unenforceable_reason: counting.unenforceable_reason(),
+        }
+    }
+}
+
+impl DeliveryCounting for CountingReport {
+    fn native_redrive_limit(&self) -> Option<u32> {
+        self.native_redrive_limit
+    }
+    fn unenforceable_reason(&self) -> Option<String> {
+        self.unenforceable_reason.clone()
+    }
+}
+
+/// when a pump starts, every finding of `validate` for its subscription is logged once, as
+/// a warning (never a refusal), and returned so the pump's handle can show it.
+pub fn warn_at_start(
+    subscription: &Subscription,
+    counting: Option<&CountingReport>,
+    channel: &str,
+) -> Vec<BudgetWarning> {
+    let warnings = validate(subscription, counting.map(|c| c as &dyn DeliveryCounting));
+    for warning in &warnings {
+        tracing::warn!(channel, "{warning}");
+    }
+    warnings
+}
+
 /// Called once by each channel factory when it creates a channel, never on the receive path:
 /// logs R-11 so that a budget that cannot fire is never silent.
 pub fn warn_if_unenforceable(subscription: &Subscription, counting: &dyn DeliveryCounting) {

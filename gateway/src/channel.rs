@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
+use crate::budget::CountingReport;
 use crate::error::ChannelError;
 use crate::message::Message;
 use crate::rejection::Rejection;
@@ -31,6 +32,12 @@ pub trait Channel: Send + Sync {
     async fn requeue(&self, message: &Message, delay: Duration) -> Result<(), ChannelError>;
     /// Releases the message for redelivery at once.
     async fn nack(&self, message: &Message) -> Result<(), ChannelError>;
+    /// The broker's delivery counting as the channel found it at creation (a native redrive
+    /// limit, a reason it cannot count); `None` for a republishing transport. Pumps read it when
+    /// they start, to surface the budget rules.
+    fn counting(&self) -> Option<CountingReport> {
+        None
+    }
 }
 
 /// Publishes to the routing key in the message's header topic.
@@ -59,6 +66,9 @@ impl<C: Channel + ?Sized> Channel for Arc<C> {
     }
     async fn nack(&self, message: &Message) -> Result<(), ChannelError> {
         (**self).nack(message).await
+    }
+    fn counting(&self) -> Option<CountingReport> {
+        (**self).counting()
     }
 }
 

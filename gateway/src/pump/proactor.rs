@@ -9,6 +9,7 @@ use tokio_util::sync::CancellationToken;
 use super::{
     decide, Action, AsyncHandler, Backoff, MessageMapper, PumpCounters, PumpKind, PumpStats, PumpStuck, Shared,
 };
+use crate::budget::{self, BudgetWarning};
 use crate::channel::Channel;
 use crate::error::ChannelError;
 use crate::message::Message;
@@ -31,11 +32,17 @@ pub struct ProactorHandle {
     shared: Arc<Shared>,
     channel: String,
     task: JoinHandle<()>,
+    budget_warnings: Vec<BudgetWarning>,
 }
 
 impl ProactorHandle {
     pub fn counters(&self) -> &PumpCounters {
         &self.shared.counters
+    }
+
+    /// The budget rules' findings logged when the pump started (R-7, R-10, R-11; R-25).
+    pub fn budget_warnings(&self) -> &[BudgetWarning] {
+        &self.budget_warnings
     }
 
     /// Stops within `STOP_LIMIT`.
@@ -81,12 +88,14 @@ where
 
     /// Spawns the pump on the current tokio runtime.
     pub fn start(self) -> ProactorHandle {
+        let budget_warnings =
+            budget::warn_at_start(&self.subscription, self.channel.counting().as_ref(), self.channel.name());
         let token = CancellationToken::new();
         let shared = Arc::new(Shared::default());
         let channel = self.channel.name().to_owned();
         let (pump_token, pump_shared) = (token.clone(), shared.clone());
         let task = tokio::spawn(async move { self.run(&pump_token, &pump_shared).await });
-        ProactorHandle { token, shared, channel, task }
+        ProactorHandle { token, shared, channel, task, budget_warnings }
     }
 
     async fn run(self, token: &CancellationToken, shared: &Shared) {

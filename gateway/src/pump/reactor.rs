@@ -9,6 +9,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{decide, Action, Backoff, Handler, MessageMapper, PumpCounters, PumpKind, PumpStats, PumpStuck, Shared};
 use crate::blocking::BlockingChannel;
+use crate::budget::{self, BudgetWarning};
 use crate::error::ChannelError;
 use crate::message::Message;
 use crate::subscription::Subscription;
@@ -34,11 +35,17 @@ pub struct ReactorHandle {
     /// Disconnected when the thread ends (its sender is dropped, on return or unwind).
     finished: mpsc::Receiver<()>,
     thread: JoinHandle<()>,
+    budget_warnings: Vec<BudgetWarning>,
 }
 
 impl ReactorHandle {
     pub fn counters(&self) -> &PumpCounters {
         &self.shared.counters
+    }
+
+    /// The budget rules' findings logged when the pump started (R-7, R-10, R-11; R-25).
+    pub fn budget_warnings(&self) -> &[BudgetWarning] {
+        &self.budget_warnings
     }
 
     /// Stops within the subscription's `receive_timeout` plus `STOP_LIMIT`: the receive the
@@ -79,6 +86,8 @@ impl<M: MessageMapper, H: Handler<M::Request>> Reactor<M, H> {
     }
 
     pub fn start(self) -> ReactorHandle {
+        let budget_warnings =
+            budget::warn_at_start(&self.subscription, self.channel.counting().as_ref(), self.channel.name());
         let token = CancellationToken::new();
         let shared = Arc::new(Shared::default());
         let (channel, receive_timeout) = (self.channel.name().to_owned(), self.subscription.receive_timeout);
@@ -91,7 +100,7 @@ impl<M: MessageMapper, H: Handler<M::Request>> Reactor<M, H> {
                 self.run(&pump_token, &pump_shared);
             })
             .expect("the reactor thread could not start");
-        ReactorHandle { token, shared, channel, receive_timeout, finished, thread }
+        ReactorHandle { token, shared, channel, receive_timeout, finished, thread, budget_warnings }
     }
 
     fn run(self, token: &CancellationToken, shared: &Shared) {

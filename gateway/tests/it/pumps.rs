@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use gateway::blocking::runtime;
+use gateway::budget::{BudgetWarning, CountingReport};
 use gateway::pump::{InHand, Outcome, PumpKind, Stage};
 use gateway::rejection::keys;
 use gateway::transport::memory::MemoryBroker;
@@ -279,4 +280,68 @@ fn a_busy_proactor_yields_to_other_tasks_on_its_runtime() {
         let stats = pump.stop().await.expect("the pump stops");
         assert!(stats.requeued > 0);
     });
+}
+
+/// A memory channel that reports a broker's counting, as a broker transport's channel does.
+struct Counted {
+    inner: Arc<dyn Channel>,
+    counting: CountingReport,
+}
+
+#[async_trait::async_trait]
+impl Channel for Counted {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    async fn receive(&self, timeout: Duration) -> Result<Option<Message>, gateway::ChannelError> {
+        self.inner.receive(timeout).await
+    }
+    async fn acknowledge(&self, message: &Message) -> Result<(), gateway::ChannelError> {
+        self.inner.acknowledge(message).await
+    }
+    async fn reject(&self, message: &Message, rejection: Option<&Rejection>) -> Result<bool, gateway::ChannelError> {
+        self.inner.reject(message, rejection).await
+    }
+    async fn requeue(&self, message: &Message, delay: Duration) -> Result<(), gateway::ChannelError> {
+        self.inner.requeue(message, delay).await
+    }
+    async fn nack(&self, message: &Message) -> Result<(), gateway::ChannelError> {
+        self.inner.nack(message).await
+    }
+    fn counting(&self) -> Option<CountingReport> {
+        Some(self.counting.clone())
+    }
+}
+
+/// each budget rule's finding is surfaced (logged, and on the handle) when a pump starts.
+#[rstest]
+#[case::r7_a_zero_budget_rejects_on_the_first_deferral(0, None, None, "R-7")]
+#[case::r10_the_native_limit_comes_first(5, Some(3), None, "R-10")]
+#[case::r11_the_broker_cannot_count(3, None, Some("no DeadLetterPolicy"), "R-11")]
+#[case::a_sound_budget_has_no_finding(3, Some(5), None, "")]
+fn the_budget_rules_are_surfaced_when_a_pump_starts(
+    #[values(Pump::Reactor, Pump::Proactor)] pump: Pump,
+    #[case] requeue_count: i32,
+    #[case] native_limit: Option<u32>,
+    #[case] unenforceable: Option<&str>,
+    #[case] rule: &str,
+) {
+    let broker = MemoryBroker::new();
+    let subscription = subscription(requeue_count);
+    let counting =
+        CountingReport { native_redrive_limit: native_limit, unenforceable_reason: unenforceable.map(str::to_owned) };
+    let counted: Arc<dyn Channel> = Arc::new(Counted { inner: channel(&broker, &subscription), counting });
+    let running = start(pump, counted, subscription, Scripted::new(vec![Outcome::Handled]));
+    let found: Vec<&str> = running
+        .budget_warnings()
+        .iter()
+        .map(|warning| match warning {
+            BudgetWarning::RejectsOnFirstDeferral { .. } => "R-7",
+            BudgetWarning::NativeLimitFirst { .. } => "R-10",
+            BudgetWarning::Unenforceable { .. } => "R-11",
+        })
+        .collect();
+    let expected: Vec<&str> = [rule].into_iter().filter(|r| !r.is_empty()).collect();
+    assert_eq!(found, expected);
+    running.stop();
 }

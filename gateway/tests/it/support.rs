@@ -102,6 +102,13 @@ impl Running {
         stopped.unwrap_or_else(|stuck| panic!("{stuck}"))
     }
 
+    pub fn budget_warnings(&self) -> &[gateway::budget::BudgetWarning] {
+        match self {
+            Running::Reactor(handle) => handle.budget_warnings(),
+            Running::Proactor(handle, _) => handle.budget_warnings(),
+        }
+    }
+
     pub fn stop_within(self, limit: Duration) -> Result<PumpStats, PumpStuck> {
         match self {
             Running::Reactor(handle) => handle.stop_within(limit),

@@ -213,6 +213,7 @@ impl GcpConnection {
                 self.subscriber_client(),
                 self.subscription_path(&common.name),
                 common.clone(),
+                budget::CountingReport::of(subscription),
                 router,
             )),
             Consumption::Stream => Arc::new(StreamChannel::start(
@@ -222,6 +223,7 @@ impl GcpConnection {
                 common.clone(),
                 subscription.ack_deadline,
                 subscription.max_lease,
+                budget::CountingReport::of(subscription),
                 router,
             )),
         })

@@ -8,6 +8,7 @@ use tonic::transport::Channel as GrpcChannel;
 use super::pb::{self, subscriber_client::SubscriberClient};
 use super::producer::GcpProducer;
 use super::{broker_error, whole_seconds, MAX_ACK_DEADLINE_SECONDS};
+use crate::budget::CountingReport;
 use crate::channel::Channel;
 use crate::error::ChannelError;
 use crate::message::Message;
@@ -44,6 +45,7 @@ pub struct PullChannel {
     subscription: Subscription,
     router: GcpProducer,
     warnings: ReaderWarnings,
+    counting: CountingReport,
 }
 
 impl PullChannel {
@@ -53,9 +55,18 @@ impl PullChannel {
         client: SubscriberClient<GrpcChannel>,
         path: String,
         subscription: Subscription,
+        counting: CountingReport,
         router: GcpProducer,
     ) -> PullChannel {
-        PullChannel { runtime, client, path, warnings: ReaderWarnings::new(&subscription.name), subscription, router }
+        PullChannel {
+            runtime,
+            client,
+            path,
+            warnings: ReaderWarnings::new(&subscription.name),
+            subscription,
+            router,
+            counting,
+        }
     }
 
     async fn pull_one(&self, wait: Duration) -> Result<Option<pb::ReceivedMessage>, ChannelError> {
@@ -158,5 +169,9 @@ impl Channel for PullChannel {
 
     async fn nack(&self, message: &Message) -> Result<(), ChannelError> {
         self.modify_ack_deadline(message, 0, "nack").await
+    }
+
+    fn counting(&self) -> Option<CountingReport> {
+        Some(self.counting.clone())
     }
 }

@@ -12,6 +12,7 @@ use google_cloud_pubsub::subscriber::handler::Handler;
 use tokio::sync::mpsc;
 
 use super::producer::GcpProducer;
+use crate::budget::CountingReport;
 use crate::channel::Channel;
 use crate::error::{ChannelError, ErrorKind};
 use crate::message::Message;
@@ -34,6 +35,7 @@ type Delivery = (Inbound, Handler);
 
 pub struct StreamChannel {
     runtime: GatewayRuntime,
+    counting: CountingReport,
     subscription: Subscription,
     router: GcpProducer,
     inbox: tokio::sync::Mutex<mpsc::Receiver<Delivery>>,
@@ -88,6 +90,7 @@ impl StreamChannel {
         subscription: Subscription,
         ack_deadline: Duration,
         max_lease: Option<Duration>,
+        counting: CountingReport,
         router: GcpProducer,
     ) -> StreamChannel {
         let (sender, inbox) = mpsc::channel(INBOX);
@@ -128,6 +131,7 @@ impl StreamChannel {
         });
         StreamChannel {
             runtime: runtime.clone(),
+            counting,
             subscription,
             router,
             inbox: tokio::sync::Mutex::new(inbox),
@@ -214,5 +218,9 @@ impl Channel for StreamChannel {
     async fn nack(&self, message: &Message) -> Result<(), ChannelError> {
         self.take(message, "nack")?.nack();
         Ok(())
+    }
+
+    fn counting(&self) -> Option<CountingReport> {
+        Some(self.counting.clone())
     }
 }

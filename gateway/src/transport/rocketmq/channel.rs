@@ -18,6 +18,7 @@ use rocketmq_protocol::rpc::topic_request_header::TopicRequestHeader;
 
 use super::producer::RocketMqProducer;
 use super::{broker_error, MAX_INVISIBLE};
+use crate::budget::CountingReport;
 use crate::channel::Channel;
 use crate::error::ChannelError;
 use crate::message::Message;
@@ -78,6 +79,7 @@ pub struct RocketMqChannel {
     invisible_time: Duration,
     router: RocketMqProducer,
     warnings: ReaderWarnings,
+    counting: CountingReport,
 }
 
 impl RocketMqChannel {
@@ -88,10 +90,11 @@ impl RocketMqChannel {
         broker: Broker,
         subscription: Subscription,
         invisible_time: Duration,
+        counting: CountingReport,
         router: RocketMqProducer,
     ) -> RocketMqChannel {
         let warnings = ReaderWarnings::new(&subscription.name);
-        RocketMqChannel { runtime, receiver, settler, broker, subscription, invisible_time, router, warnings }
+        RocketMqChannel { runtime, receiver, settler, broker, subscription, invisible_time, router, warnings, counting }
     }
 
     fn topic_header(&self) -> Option<TopicRequestHeader> {
@@ -248,6 +251,10 @@ impl Channel for RocketMqChannel {
     async fn nack(&self, message: &Message) -> Result<(), ChannelError> {
         self.make_invisible(message, Duration::ZERO, "nack").await;
         Ok(())
+    }
+
+    fn counting(&self) -> Option<CountingReport> {
+        Some(self.counting.clone())
     }
 }
 

@@ -237,6 +237,7 @@ impl RocketMqConnection {
             broker,
             common.clone(),
             subscription.invisible_time,
+            budget::CountingReport::of(subscription),
             self.producer(),
         )))
     }

@@ -7,6 +7,7 @@ use aws_sdk_sqs::types::{Message as SqsMessage, MessageSystemAttributeName};
 
 use super::producer::send_to_queue;
 use super::{broker_error, read_sns_envelope, send_error, MAX_VISIBILITY_TIMEOUT_SECONDS, MAX_WAIT_SECONDS};
+use crate::budget::CountingReport;
 use crate::channel::Channel;
 use crate::error::ChannelError;
 use crate::message::Message;
@@ -36,6 +37,7 @@ pub struct SqsChannel {
     pub(super) envelope: Envelope,
     pub(super) fifo: bool,
     pub(super) warnings: std::sync::Arc<ReaderWarnings>,
+    pub(super) counting: CountingReport,
 }
 
 /// The reader: an SQS message (raw, or carrying an SNS envelope) as a `Message`.
@@ -186,5 +188,9 @@ impl Channel for SqsChannel {
 
     async fn nack(&self, message: &Message) -> Result<(), ChannelError> {
         self.change_visibility(message, 0, "nack").await
+    }
+
+    fn counting(&self) -> Option<CountingReport> {
+        Some(self.counting.clone())
     }
 }

@@ -142,6 +142,7 @@ impl SqsConnection {
             envelope: if subscription.topic.is_some() { Envelope::Sns } else { Envelope::Raw },
             fifo: subscription.fifo,
             warnings: std::sync::Arc::new(crate::transport::attributes::ReaderWarnings::new(&common.routing_key)),
+            counting: budget::CountingReport::of(subscription),
         })
     }
 
