@@ -220,10 +220,7 @@ impl GcpConnection {
                 &self.runtime,
                 self.endpoint().to_owned(),
                 self.subscription_path(&common.name),
-                common.clone(),
-                subscription.ack_deadline,
-                subscription.max_lease,
-                budget::CountingReport::of(subscription),
+                subscription,
                 router,
             )),
         })

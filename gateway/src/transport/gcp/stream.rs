@@ -12,6 +12,7 @@ use google_cloud_pubsub::subscriber::handler::Handler;
 use tokio::sync::mpsc;
 
 use super::producer::GcpProducer;
+use super::GcpSubscription;
 use crate::budget::CountingReport;
 use crate::channel::Channel;
 use crate::error::{ChannelError, ErrorKind};
@@ -87,12 +88,11 @@ impl StreamChannel {
         runtime: &GatewayRuntime,
         endpoint: String,
         path: String,
-        subscription: Subscription,
-        ack_deadline: Duration,
-        max_lease: Option<Duration>,
-        counting: CountingReport,
+        gcp: &GcpSubscription,
         router: GcpProducer,
     ) -> StreamChannel {
+        let (subscription, ack_deadline, max_lease) = (gcp.subscription.clone(), gcp.ack_deadline, gcp.max_lease);
+        let counting = CountingReport::of(gcp);
         let (sender, inbox) = mpsc::channel(INBOX);
         let source = subscription.routing_key.clone();
         let warnings = ReaderWarnings::new(&subscription.name);

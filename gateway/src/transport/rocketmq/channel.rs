@@ -16,6 +16,7 @@ use rocketmq_protocol::protocol::header::pop_message_request_header::PopMessageR
 use rocketmq_protocol::rpc::rpc_request_header::RpcRequestHeader;
 use rocketmq_protocol::rpc::topic_request_header::TopicRequestHeader;
 
+use super::connection::RocketMqSubscription;
 use super::producer::RocketMqProducer;
 use super::{broker_error, MAX_INVISIBLE};
 use crate::budget::CountingReport;
@@ -88,11 +89,11 @@ impl RocketMqChannel {
         receiver: Arc<ClientInstanceHandle>,
         settler: Arc<ClientInstanceHandle>,
         broker: Broker,
-        subscription: Subscription,
-        invisible_time: Duration,
-        counting: CountingReport,
+        rocketmq: &RocketMqSubscription,
         router: RocketMqProducer,
     ) -> RocketMqChannel {
+        let (subscription, invisible_time) = (rocketmq.subscription.clone(), rocketmq.invisible_time);
+        let counting = CountingReport::of(rocketmq);
         let warnings = ReaderWarnings::new(&subscription.name);
         RocketMqChannel { runtime, receiver, settler, broker, subscription, invisible_time, router, warnings, counting }
     }

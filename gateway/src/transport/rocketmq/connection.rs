@@ -235,9 +235,7 @@ impl RocketMqConnection {
             receiver,
             settler,
             broker,
-            common.clone(),
-            subscription.invisible_time,
-            budget::CountingReport::of(subscription),
+            subscription,
             self.producer(),
         )))
     }
