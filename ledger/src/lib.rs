@@ -5,12 +5,13 @@
 //! Modules, one concept each: [`cell`] (ids), [`status`], [`file`](mod@file) (parse,
 //! format, atomic save), [`update`] (applying test results), [`markdown`],
 //! [`audit`] (ledger vs `#[ignore]`d tests), [`runs`] (run history),
-//! [`error`].
+//! [`digest`] (the source digest a run is recorded at), [`error`].
 
 use std::collections::BTreeMap;
 
 pub mod audit;
 pub mod cell;
+pub mod digest;
 pub mod error;
 pub mod file;
 pub mod markdown;
@@ -20,6 +21,7 @@ pub mod update;
 
 pub use audit::AuditProblem;
 pub use cell::{validate_configuration, Behaviour, CellId, NameError};
+pub use digest::source_digest;
 pub use error::{LedgerError, ParseProblem};
 pub use runs::{append_run, now_rfc3339, read_runs, ConfigurationRun, RunRecord};
 pub use status::Status;
