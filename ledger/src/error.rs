@@ -43,6 +43,15 @@ pub enum LedgerError {
         line: usize,
         error: serde_json::Error,
     },
+
+    #[error("{}:{line}: the last line is torn (it has no line end): {start:?}; refusing to append a run record after it: finish or remove that line by hand", path.display())]
+    TornRunLog {
+        path: PathBuf,
+        /// 1-based: the last line.
+        line: usize,
+        /// The start of the torn line.
+        start: String,
+    },
 }
 
 /// What is wrong with one line of the ledger file.

@@ -23,7 +23,7 @@ pub use audit::AuditProblem;
 pub use cell::{validate_configuration, Behaviour, CellId, NameError};
 pub use digest::source_digest;
 pub use error::{LedgerError, ParseProblem};
-pub use runs::{append_run, now_rfc3339, read_runs, ConfigurationRun, RunRecord};
+pub use runs::{append_run, check_runs, now_rfc3339, parse_runs, read_runs, ConfigurationRun, Flake, RunRecord};
 pub use status::Status;
 pub use update::{CellResult, Transition, UpdateReport, VariantResult};
 

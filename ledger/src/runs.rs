@@ -1,8 +1,11 @@
 //! Run history (`ledger/runs.jsonl`): one JSON object per conformance run,
 //! appended, so the file only ever grows at the end.
+//!
+//! Every field added after the first records is `#[serde(default)]`, so the
+//! old lines still parse.
 
-use std::fs::{self, OpenOptions};
-use std::io::Write;
+use std::fs::{self, File, OpenOptions};
+use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
@@ -11,16 +14,17 @@ use time::OffsetDateTime;
 
 use crate::LedgerError;
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RunRecord {
     /// RFC 3339, UTC; see [`now_rfc3339`].
     pub date: String,
+    /// `git rev-parse --short HEAD`.
     pub commit: String,
     pub configurations: Vec<ConfigurationRun>,
 }
 
 /// Totals for one configuration under one pump variant.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ConfigurationRun {
     pub configuration: String,
     /// "reactor" or "proactor".
@@ -30,33 +34,98 @@ pub struct ConfigurationRun {
     pub skipped: u32,
     pub wall_ms: u64,
     /// Tests that failed and then passed on retry.
-    pub flakes: Vec<String>,
+    #[serde(default)]
+    pub flakes: Vec<Flake>,
 }
 
+/// A cell that failed and then passed on retry.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Flake {
+    /// `<configuration>/FR-<n>`.
+    pub cell: String,
+    /// "reactor" or "proactor".
+    pub variant: String,
+    /// The first failure's message (libtest's output for the test).
+    pub first_failure: String,
+}
+
+/// How much of a torn line an error shows.
+const TORN_TEXT_SHOWN: usize = 80;
+
 /// Appends `record` as one line to `path`, creating the file if needed.
+///
+/// Refuses (and changes nothing) when the file does not end with a line end:
+/// its last line is torn, by a crash or a hand edit, and a record appended
+/// to it would be glued onto it and lost with it. That is reported, never
+/// silently repaired; see [`LedgerError::TornRunLog`].
 pub fn append_run(path: &Path, record: &RunRecord) -> Result<(), LedgerError> {
     let write_error = |error| LedgerError::Write { path: path.to_owned(), error };
     let mut line = serde_json::to_string(record).expect("a RunRecord always serializes");
     line.push('\n');
-    let mut file = OpenOptions::new().create(true).append(true).open(path).map_err(write_error)?;
+    let mut file = OpenOptions::new().read(true).create(true).append(true).open(path).map_err(write_error)?;
+    if !ends_with_line_end(&mut file).map_err(|error| LedgerError::Read { path: path.to_owned(), error })? {
+        let text = fs::read(path).map_err(|error| LedgerError::Read { path: path.to_owned(), error })?;
+        return Err(torn(path, &String::from_utf8_lossy(&text)));
+    }
     // One write call, so a concurrent reader never sees half a line from us.
     file.write_all(line.as_bytes()).map_err(write_error)
 }
 
-/// Reads every record from `path`, skipping blank lines.
+/// Whether the file is empty or its last byte is '\n'.
+fn ends_with_line_end(file: &mut File) -> std::io::Result<bool> {
+    let length = file.metadata()?.len();
+    if length == 0 {
+        return Ok(true);
+    }
+    file.seek(SeekFrom::Start(length - 1))?;
+    let mut last = [0u8];
+    file.read_exact(&mut last)?;
+    Ok(last[0] == b'\n')
+}
+
+/// The error for `text`, which does not end with a line end.
+fn torn(path: &Path, text: &str) -> LedgerError {
+    let line = text.lines().count().max(1);
+    let last = text.lines().last().unwrap_or_default();
+    let mut start: String = last.chars().take(TORN_TEXT_SHOWN).collect();
+    if start.len() < last.len() {
+        start.push('…');
+    }
+    LedgerError::TornRunLog { path: path.to_owned(), line, start }
+}
+
+/// Reads every record from `path`, skipping blank lines. Errors name the
+/// file and the line.
 pub fn read_runs(path: &Path) -> Result<Vec<RunRecord>, LedgerError> {
     let text = fs::read_to_string(path).map_err(|error| LedgerError::Read { path: path.to_owned(), error })?;
+    parse_runs(&text, path)
+}
+
+/// Parses the text of a run log; `origin` is only used in error messages.
+pub fn parse_runs(text: &str, origin: &Path) -> Result<Vec<RunRecord>, LedgerError> {
     text.lines()
         .enumerate()
         .filter(|(_, line)| !line.trim().is_empty())
         .map(|(index, line)| {
             serde_json::from_str(line).map_err(|error| LedgerError::RunRecord {
-                path: path.to_owned(),
+                path: origin.to_owned(),
                 line: index + 1,
                 error,
             })
         })
         .collect()
+}
+
+/// Reads `path` as [`read_runs`] does, and also refuses a file whose last
+/// line has no line end, which [`append_run`] would refuse to append to:
+/// what the audit checks.
+pub fn check_runs(path: &Path) -> Result<Vec<RunRecord>, LedgerError> {
+    let text = fs::read_to_string(path).map_err(|error| LedgerError::Read { path: path.to_owned(), error })?;
+    let runs = parse_runs(&text, path)?;
+    if !text.is_empty() && !text.ends_with('\n') {
+        return Err(torn(path, &text));
+    }
+    Ok(runs)
 }
 
 /// The current time in UTC as RFC 3339, to whole seconds
@@ -83,7 +152,11 @@ mod tests {
                 failed: 1,
                 skipped: 2,
                 wall_ms: 1234,
-                flakes: vec!["memory/FR-9".into()],
+                flakes: vec![Flake {
+                    cell: "memory/FR-9".into(),
+                    variant: "reactor".into(),
+                    first_failure: "assertion failed".into(),
+                }],
             }],
         }
     }
@@ -101,9 +174,37 @@ mod tests {
         assert!(text.ends_with('\n'));
         assert_eq!(
             lines[0],
-            r#"{"date":"2025-01-31T12:00:00Z","commit":"abc123","configurations":[{"configuration":"memory","variant":"reactor","passed":40,"failed":1,"skipped":2,"wall_ms":1234,"flakes":["memory/FR-9"]}]}"#
+            r#"{"date":"2025-01-31T12:00:00Z","commit":"abc123","configurations":[{"configuration":"memory","variant":"reactor","passed":40,"failed":1,"skipped":2,"wall_ms":1234,"flakes":[{"cell":"memory/FR-9","variant":"reactor","first_failure":"assertion failed"}]}]}"#
         );
         assert_eq!(read_runs(&path).unwrap(), [record("abc123"), record("def456")]);
+    }
+
+    #[test]
+    fn an_old_record_parses() {
+        let old = r#"{"date":"2026-11-30T07:17:25Z","commit":"1e165c2","configurations":[{"configuration":"memory","variant":"proactor","passed":12,"failed":0,"skipped":0,"wall_ms":2009,"flakes":[]}]}"#;
+        let runs = parse_runs(old, Path::new("runs.jsonl")).unwrap();
+        assert_eq!(
+            runs,
+            [RunRecord {
+                date: "2026-11-30T07:17:25Z".into(),
+                commit: "1e165c2".into(),
+                configurations: vec![ConfigurationRun {
+                    configuration: "memory".into(),
+                    variant: "proactor".into(),
+                    passed: 12,
+                    wall_ms: 2009,
+                    ..ConfigurationRun::default()
+                }],
+            }]
+        );
+    }
+
+    #[test]
+    fn the_project_run_log_parses() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("runs.jsonl");
+        let runs = check_runs(&path).unwrap_or_else(|error| panic!("{error}"));
+        assert!(!runs.is_empty(), "{} holds no runs", path.display());
+        assert!(runs.iter().all(|run| !run.date.is_empty() && !run.commit.is_empty()));
     }
 
     #[test]
@@ -115,6 +216,44 @@ mod tests {
     }
 
     #[test]
+    fn append_run_refuses_a_torn_last_line_and_changes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("runs.jsonl");
+        append_run(&path, &record("abc")).unwrap();
+        let torn_text = fs::read_to_string(&path).unwrap() + r#"{"date":"2025-02-01T00:00:00Z","comm"#;
+        fs::write(&path, &torn_text).unwrap();
+
+        let err = append_run(&path, &record("def")).unwrap_err();
+        assert!(matches!(err, LedgerError::TornRunLog { line: 2, .. }), "{err}");
+        assert_eq!(
+            err.to_string(),
+            format!(
+                r#"{}:2: the last line is torn (it has no line end): "{{\"date\":\"2025-02-01T00:00:00Z\",\"comm"; refusing to append a run record after it: finish or remove that line by hand"#,
+                path.display()
+            )
+        );
+        assert_eq!(fs::read_to_string(&path).unwrap(), torn_text, "nothing is repaired or appended");
+        assert_eq!(
+            check_runs(&path).unwrap_err().to_string().split(": ").next(),
+            Some(&*format!("{}:2", path.display()))
+        );
+    }
+
+    #[test]
+    fn a_complete_last_line_without_line_end_is_still_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("runs.jsonl");
+        let line = serde_json::to_string(&record("abc")).unwrap();
+        fs::write(&path, &line).unwrap();
+        // It reads, but appending would glue the next record onto it.
+        assert_eq!(read_runs(&path).unwrap(), [record("abc")]);
+        let err = append_run(&path, &record("def")).unwrap_err().to_string();
+        assert!(err.starts_with(&format!("{}:1: the last line is torn", path.display())), "{err}");
+        assert!(err.contains('…'), "a long line is shown cut: {err}");
+        assert!(check_runs(&path).is_err());
+    }
+
+    #[test]
     fn read_runs_names_file_and_line() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("runs.jsonl");
@@ -122,6 +261,16 @@ mod tests {
         fs::write(&path, fs::read_to_string(&path).unwrap() + "\n{oops\n").unwrap();
         let err = read_runs(&path).unwrap_err().to_string();
         assert!(err.starts_with(&format!("{}:3: invalid run record: ", path.display())), "{err}");
+        let err = check_runs(&path).unwrap_err().to_string();
+        assert!(err.starts_with(&format!("{}:3: invalid run record: ", path.display())), "{err}");
+    }
+
+    #[test]
+    fn read_runs_of_a_missing_file_names_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("runs.jsonl");
+        let err = read_runs(&path).unwrap_err().to_string();
+        assert!(err.starts_with(&format!("cannot read {}: ", path.display())), "{err}");
     }
 
     #[test]

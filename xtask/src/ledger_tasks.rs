@@ -10,6 +10,9 @@ use ledger::{Behaviour, CellId, Ledger};
 
 use crate::root;
 
+/// The run history, relative to the workspace root.
+const RUNS: &str = "ledger/runs.jsonl";
+
 #[derive(Subcommand)]
 pub enum LedgerTask {
     /// Print the matrix (configurations x behaviours)
@@ -27,7 +30,8 @@ pub enum LedgerTask {
     },
     /// Write ledger/LEDGER.md from ledger/cells.tsv
     Render,
-    /// Check that ignored tests and Deferred cells match, and the ledger covers the manifest
+    /// Check that ignored tests and Deferred cells match, the ledger covers the manifest, and
+    /// ledger/runs.jsonl parses
     Audit,
 }
 
@@ -98,6 +102,10 @@ fn audit(root: &Path, manifest: &Manifest, ledger: &Ledger) -> Result<()> {
     let mut complete = ledger.clone();
     for cell in complete.ensure_cells(&configurations, &behaviours) {
         problems.push(format!("{cell} is in {} but has no ledger row", generator::MANIFEST));
+    }
+    // The run log must parse, and end with a line end so the next record can be appended.
+    if let Err(error) = ledger::check_runs(&root.join(RUNS)) {
+        problems.push(error.to_string());
     }
     if problems.is_empty() {
         eprintln!("ledger audit: {} cells, no problems", ledger.cells().count());
