@@ -87,6 +87,7 @@ pub fn reader_subscription(destination: &str) -> Subscription {
 /// Builds one cell on `broker`: names, subscription, channel, then the dead-letter and invalid
 /// readers, producer, assertion and teardown, in that order.
 pub async fn build<B: CellBroker + ?Sized>(broker: &B, spec: CellSpec) -> Cell {
+    crate::fault::fail_first_attempt(&format!("{}-{}-{}", broker.configuration(), spec.behaviour, spec.variant));
     let unique = spec.unique_name(broker.configuration());
     let names = broker.names(&unique);
     let mut subscription =

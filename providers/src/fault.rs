@@ -19,11 +19,19 @@ pub enum Fault {
     /// run: the run must stop, name the broker, and leave the ledger untouched. Needs a broker
     /// from containers (`CONFORMANCE_BROKERS=containers`); see `containers`.
     KillBroker,
+    /// Every cell fails its first attempt in a conformance run and passes when run again: a
+    /// flaky cell, to prove a rerun records it as a flake and keeps its status. Attempts are
+    /// remembered per run (the parent process, which is `cargo xtask conformance`) in a folder
+    /// under the system's temporary directory.
+    FailsFirstAttempt,
 }
 
 impl Fault {
-    const CHOICES: [(&'static str, Fault); 2] =
-        [("stale-requeue", Fault::StaleRequeue), ("kill-broker", Fault::KillBroker)];
+    const CHOICES: [(&'static str, Fault); 3] = [
+        ("stale-requeue", Fault::StaleRequeue),
+        ("kill-broker", Fault::KillBroker),
+        ("fails-first-attempt", Fault::FailsFirstAttempt),
+    ];
 
     /// The fault the environment asks for. An unknown value panics naming the valid choices:
     /// a typo must not silently run the healthy provider.
@@ -36,6 +44,20 @@ impl Fault {
                 panic!("{VARIABLE}={value:?} is not a fault; valid choices: {}", names.join(", "))
             }
         }
+    }
+}
+
+/// Under `FailsFirstAttempt`, panics the first time `cell` (configuration, behaviour, variant)
+/// is built in this conformance run; later attempts pass.
+pub fn fail_first_attempt(cell: &str) {
+    if Fault::from_environment() != Some(Fault::FailsFirstAttempt) {
+        return;
+    }
+    let folder = std::env::temp_dir().join(format!("conformance-attempts-{}", std::os::unix::process::parent_id()));
+    std::fs::create_dir_all(&folder).expect("the attempts folder can be created");
+    let first = std::fs::OpenOptions::new().write(true).create_new(true).open(folder.join(cell)).is_ok();
+    if first {
+        panic!("{VARIABLE}=fails-first-attempt: the first attempt at {cell} fails on purpose");
     }
 }
 

@@ -39,7 +39,7 @@ impl CellBroker for Memory {
             Some(Fault::KillBroker) => {
                 panic!("CONFORMANCE_FAULT=kill-broker needs a broker container; memory has no broker")
             }
-            None => Arc::new(healthy),
+            Some(Fault::FailsFirstAttempt) | None => Arc::new(healthy),
         }
     }
 

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use generator::Manifest;
-use ledger::{Behaviour, CellId, CellResult, ConfigurationRun, Ledger, RunRecord, VariantResult};
+use ledger::{Behaviour, CellId, CellResult, ConfigurationRun, Ledger, RunRecord, Status, VariantResult};
 
 use crate::libtest::{self, TestResult};
 use crate::root;
@@ -36,6 +36,10 @@ pub struct Args {
     /// running; the ledger is left untouched
     #[arg(long, value_name = "SECONDS", default_value_t = 1200)]
     binary_timeout: u64,
+    /// Run the selected tests N times and print each cell's pass rate (no reruns, no ledger
+    /// change): a stability check before a cell is trusted
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    repeat: u32,
     /// Also write the results as JUnit XML to this file
     #[arg(long, value_name = "PATH")]
     junit: Option<PathBuf>,
@@ -109,6 +113,14 @@ struct BinaryRun {
     finished: Vec<Finished>,
     failures: BTreeMap<String, String>,
     wall: Duration,
+    flakes: Vec<Flaked>,
+}
+
+/// A test that failed, then passed when run again alone.
+struct Flaked {
+    cell: CellId,
+    variant: String,
+    first_failure: String,
 }
 
 pub(crate) fn cargo() -> Command {
@@ -354,35 +366,11 @@ pub fn run(args: &Args) -> Result<()> {
         let executable = build_test_binary(transport, feature, args.brokers)?;
         binaries.push((*transport, executable, selection.filters(&manifest, transport)));
     }
-    let total: usize = binaries.iter().map(|(_, exe, filters)| list_tests(exe, filters).map_or(0, |t| t.len())).sum();
-    let (mut done, mut runs) = (0, Vec::new());
-    for (transport, executable, filters) in binaries {
-        let call = BinaryCall {
-            workspace: &root,
-            transport,
-            brokers: args.brokers,
-            executable: &executable,
-            filters,
-            limit: Duration::from_secs(args.binary_timeout),
-        };
-        let (finished, failures, wall) = run_binary(&call, &mut done, total)?;
-        let missing: Vec<String> = selection
-            .expected(transport)
-            .into_iter()
-            .filter(|expected| !finished.iter().any(|f| expected.is(&f.name)))
-            .map(|t| format!("{}/FR-{} ({})", modules.get(&t.module).copied().unwrap_or("?"), t.behaviour, t.variant))
-            .collect();
-        if !missing.is_empty() {
-            bail!(
-                "the {transport} run reported no result for {} selected test(s): {}; the ledger is left untouched",
-                missing.len(),
-                missing.join(", ")
-            );
-        }
-        let configurations = selection.configurations_of(transport).iter().map(|c| c.name.clone()).collect();
-        runs.push(BinaryRun { configurations, finished, failures, wall });
+    let limit = Duration::from_secs(args.binary_timeout);
+    if args.repeat > 1 {
+        return repeat(&root, args, &binaries, &selection, &modules, limit);
     }
-
+    let runs = run_all(&root, args.brokers, &binaries, &selection, &modules, limit, Some(&ledger))?;
     // Every binary completed: only now may the ledger change.
     let mut results = Vec::new();
     let mut timings: BTreeMap<CellId, Duration> = BTreeMap::new();
@@ -447,6 +435,109 @@ pub fn run(args: &Args) -> Result<()> {
     Ok(())
 }
 
+/// A built test binary and the filters selecting this run's tests in it.
+type Built<'a> = (&'a str, PathBuf, Vec<String>);
+
+/// Runs every binary once and checks each reported every selected test. With `ledger`, a failed
+/// test whose cell is not Deferred is run again, alone: passing then makes it a flake (recorded,
+/// and counted as the pass it is), failing again leaves the failure.
+fn run_all(
+    root: &Path,
+    brokers: Brokers,
+    binaries: &[Built],
+    selection: &Selection,
+    modules: &BTreeMap<String, &str>,
+    limit: Duration,
+    ledger: Option<&Ledger>,
+) -> Result<Vec<BinaryRun>> {
+    let total: usize = binaries.iter().map(|(_, exe, filters)| list_tests(exe, filters).map_or(0, |t| t.len())).sum();
+    let (mut done, mut runs) = (0, Vec::new());
+    for (transport, executable, filters) in binaries {
+        let call =
+            |filters: Vec<String>| BinaryCall { workspace: root, transport, brokers, executable, filters, limit };
+        let (mut finished, mut failures, wall) = run_binary(&call(filters.clone()), &mut done, total)?;
+        let missing: Vec<String> = selection
+            .expected(transport)
+            .into_iter()
+            .filter(|expected| !finished.iter().any(|f| expected.is(&f.name)))
+            .map(|t| format!("{}/FR-{} ({})", modules.get(&t.module).copied().unwrap_or("?"), t.behaviour, t.variant))
+            .collect();
+        if !missing.is_empty() {
+            bail!(
+                "the {transport} run reported no result for {} selected test(s): {}; the ledger is left untouched",
+                missing.len(),
+                missing.join(", ")
+            );
+        }
+        let mut flakes = Vec::new();
+        if let Some(ledger) = ledger {
+            for test in finished.iter_mut().filter(|f| f.result == TestResult::Failed) {
+                let Some((module, variant, number)) = libtest::cell_of(&test.name) else { continue };
+                let Some(configuration) = modules.get(module) else { continue };
+                let cell = CellId::new(*configuration, Behaviour(number));
+                if matches!(ledger.get(&cell), Some(Status::Deferred { .. })) {
+                    continue;
+                }
+                eprintln!("rerunning {} alone: {cell} is not Deferred", test.name);
+                let (again, _, _) = run_binary(&call(vec![test.name.clone()]), &mut 0, 1)?;
+                if again.iter().any(|r| r.name == test.name && r.result == TestResult::Ok) {
+                    let first = failures.remove(&test.name).unwrap_or_default();
+                    eprintln!("flake: {cell} ({variant}) failed, then passed alone");
+                    flakes.push(Flaked { cell, variant: variant.to_owned(), first_failure: panic_message(&first) });
+                    test.result = TestResult::Ok;
+                }
+            }
+        }
+        let configurations = selection.configurations_of(transport).iter().map(|c| c.name.clone()).collect();
+        runs.push(BinaryRun { configurations, finished, failures, wall, flakes });
+    }
+    Ok(runs)
+}
+
+/// The panic message of a libtest failure section, without the backtrace and the "thread …
+/// panicked at" line.
+fn panic_message(section: &str) -> String {
+    let text = section.split("stack backtrace:").next().unwrap_or_default();
+    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty() && !l.starts_with("note: ")).collect();
+    match lines.iter().position(|l| l.starts_with("thread ") && l.contains("panicked at")) {
+        Some(at) => lines[at + 1..].join("\n"),
+        None => lines.join("\n"),
+    }
+}
+
+/// `--repeat N`: the selected tests N times over, and each cell's pass rate. Nothing is rerun
+/// (the point is to see the raw rate) and the ledger is not touched.
+fn repeat(
+    root: &Path,
+    args: &Args,
+    binaries: &[Built],
+    selection: &Selection,
+    modules: &BTreeMap<String, &str>,
+    limit: Duration,
+) -> Result<()> {
+    let mut passes: BTreeMap<(CellId, String), (u32, u32)> = BTreeMap::new();
+    for round in 1..=args.repeat {
+        eprintln!("round {round} of {}", args.repeat);
+        for run in run_all(root, args.brokers, binaries, selection, modules, limit, None)? {
+            for test in &run.finished {
+                let Some((module, variant, number)) = libtest::cell_of(&test.name) else { continue };
+                let Some(configuration) = modules.get(module) else { continue };
+                let tally =
+                    passes.entry((CellId::new(*configuration, Behaviour(number)), variant.to_owned())).or_default();
+                tally.0 += u32::from(test.result == TestResult::Ok);
+                tally.1 += 1;
+            }
+        }
+    }
+    println!("| cell | variant | passed | runs | pass rate |\n| --- | --- | ---: | ---: | ---: |");
+    for ((cell, variant), (passed, runs)) in &passes {
+        println!("| {cell} | {variant} | {passed} | {runs} | {:.0}% |", 100.0 * f64::from(*passed) / f64::from(*runs));
+    }
+    let unstable = passes.values().filter(|(passed, runs)| passed != runs).count();
+    eprintln!("{} cell variants, {unstable} below 100%", passes.len());
+    Ok(())
+}
+
 fn run_record(runs: &[BinaryRun], modules: &BTreeMap<String, &str>) -> RunRecord {
     let mut tallies: BTreeMap<(String, String), ConfigurationRun> = BTreeMap::new();
     for run in runs {
@@ -461,7 +552,16 @@ fn run_record(runs: &[BinaryRun], modules: &BTreeMap<String, &str>) -> RunRecord
                     failed: 0,
                     skipped: 0,
                     wall_ms: run.wall.as_millis() as u64,
-                    flakes: Vec::new(),
+                    flakes: run
+                        .flakes
+                        .iter()
+                        .filter(|f| f.cell.configuration == *configuration && f.variant == variant)
+                        .map(|f| ledger::Flake {
+                            cell: f.cell.to_string(),
+                            variant: f.variant.clone(),
+                            first_failure: f.first_failure.clone(),
+                        })
+                        .collect(),
                 });
             match finished.result {
                 TestResult::Ok => tally.passed += 1,

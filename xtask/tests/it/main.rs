@@ -104,6 +104,31 @@ fn a_run_narrowed_to_one_cell_runs_exactly_that_cell_and_changes_no_other_row() 
 }
 
 #[test]
+fn a_cell_that_fails_only_its_first_attempt_is_recorded_as_a_flake_and_stays_pass() {
+    let ledger = scratch_ledger();
+    let before = std::fs::read(ledger.path().join("cells.tsv")).unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_xtask"))
+        .args(["conformance", "--configuration", "memory", "--behaviour", "FR-23", "--ledger-dir"])
+        .arg(ledger.path())
+        .env("CONFORMANCE_FAULT", "fails-first-attempt")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "a flake is not a regression:\n{stderr}");
+    assert!(stderr.contains("flake: memory/FR-23 (reactor) failed, then passed alone"), "{stderr}");
+    assert!(stderr.contains("flake: memory/FR-23 (proactor) failed, then passed alone"), "{stderr}");
+    assert_eq!(std::fs::read(ledger.path().join("cells.tsv")).unwrap(), before, "the cell keeps its status");
+    let runs = std::fs::read_to_string(ledger.path().join("runs.jsonl")).unwrap();
+    let record: serde_json::Value = serde_json::from_str(runs.lines().last().unwrap()).unwrap();
+    let flakes: Vec<&serde_json::Value> =
+        record["configurations"].as_array().unwrap().iter().flat_map(|c| c["flakes"].as_array().unwrap()).collect();
+    assert_eq!(flakes.len(), 2, "{runs}");
+    assert_eq!(flakes[0]["cell"], "memory/FR-23");
+    let first_failure = flakes[0]["first_failure"].as_str().unwrap();
+    assert!(first_failure.contains("fails-first-attempt: the first attempt at memory-FR-23-"), "{first_failure}");
+}
+
+#[test]
 fn a_binary_over_its_time_limit_is_stopped_naming_the_cells_and_the_ledger_is_untouched() {
     let ledger = scratch_ledger();
     let before = ledger_files(ledger.path());
