@@ -15,9 +15,9 @@ pub enum Fault {
     /// Requeue puts back the copy as it was received, so its handled count never grows: the
     /// defect ADR 0077 fixes on brokers that re-serve their stored copy.
     StaleRequeue,
-    /// The broker container is killed (SIGKILL) 250 ms after it is up, while the first cells
-    /// run: the run must stop, name the broker, and leave the ledger untouched. Needs a broker
-    /// from containers (`CONFORMANCE_BROKERS=containers`); see `containers`.
+    /// The broker (a container, or a local process) is killed (SIGKILL) 250 ms after it is up,
+    /// while the first cells run: the run must stop, name the broker, and leave the ledger
+    /// untouched. Needs a broker the binary started (`containers` or `local`).
     KillBroker,
     /// Every cell fails its first attempt in a conformance run and passes when run again: a
     /// flaky cell, to prove a rerun records it as a flake and keeps its status. Attempts are

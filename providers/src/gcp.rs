@@ -64,7 +64,15 @@ fn broker() -> &'static Broker {
             (_, Some(address)) => format!("http://{address}"),
             (_, None) => unreachable!("a started broker has a loopback address"),
         };
-        let connection = GcpConnection::emulator(&endpoint, PROJECT).unwrap_or_else(|e| panic!("{e}"));
+        let connection =
+            GcpConnection::emulator(&endpoint, PROJECT).unwrap_or_else(|e| crate::broker::fatal("gcp", &e));
+        let probe = connection.clone();
+        source::require_answer(
+            "gcp",
+            &running,
+            &endpoint,
+            async move { probe.create_topic("conformance-probe").await },
+        );
         Broker { connection, _running: running }
     })
 }

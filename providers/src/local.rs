@@ -1,11 +1,13 @@
 //! Brokers run as local processes: started on a free loopback port, awaited until they say they
-//! are ready, and tied to the test binary's life through their stdin (they stop at its end).
+//! are ready, and tied to the test binary's life through their stdin (they stop at its end). A
+//! broker that exits while the binary still runs stops the binary once, with its last lines.
 
+use std::collections::VecDeque;
 use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::mpsc;
+use std::process::{ChildStdin, Command, Stdio};
+use std::sync::{mpsc, Arc, Mutex};
 use std::time::Duration;
 
 /// The workspace root, where `cargo xtask brokers install` puts what brokers need.
@@ -27,9 +29,12 @@ pub fn free_loopback_port() -> u16 {
 pub struct LocalProcess {
     pub name: &'static str,
     pub port: u16,
-    _child: Child,
+    pub pid: u32,
     _stdin: ChildStdin,
 }
+
+/// How many of a broker's last output lines a failure shows.
+const LAST_LINES: usize = 20;
 
 /// Why a local broker did not come up; each names the broker, and says how to install it or
 /// what it printed.
@@ -39,6 +44,8 @@ pub enum LocalError {
     Spawn { name: &'static str, transport: &'static str, error: std::io::Error },
     #[error("{name} did not report ready within {ceiling:?}; its output:\n{}", .output.join("\n"))]
     NotReady { name: &'static str, ceiling: Duration, output: Vec<String> },
+    #[error("{name} exited ({status}) while the tests ran; its last lines:\n{}", .last.join("\n"))]
+    Died { name: &'static str, status: String, last: Vec<String> },
 }
 
 /// Starts `command` and waits up to `ceiling` for a stdout line starting with `ready`.
@@ -58,11 +65,17 @@ pub fn start(
         .map_err(|error| LocalError::Spawn { name, transport, error })?;
     let stdout = child.stdout.take().expect("piped");
     let (lines, received) = mpsc::channel();
+    let last = Arc::new(Mutex::new(VecDeque::with_capacity(LAST_LINES)));
+    let kept = last.clone();
     std::thread::spawn(move || {
+        // Read to the end, so the broker never writes into a closed pipe.
         for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if lines.send(line).is_err() {
-                break;
+            let mut kept = kept.lock().unwrap_or_else(|p| p.into_inner());
+            if kept.len() == LAST_LINES {
+                kept.pop_front();
             }
+            kept.push_back(line.clone());
+            let _ = lines.send(line);
         }
     });
     let mut output = Vec::new();
@@ -74,7 +87,15 @@ pub fn start(
         }
     }
     let stdin = child.stdin.take().expect("piped");
-    Ok(LocalProcess { name, port, _child: child, _stdin: stdin })
+    let pid = child.id();
+    // The broker ends with the binary (its stdin closes); ending before, it is an outage.
+    std::thread::spawn(move || {
+        let status = child.wait().map_or_else(|e| e.to_string(), |s| s.to_string());
+        std::thread::sleep(Duration::from_millis(100)); // its last lines reach the reader
+        let last = last.lock().unwrap_or_else(|p| p.into_inner()).iter().cloned().collect();
+        crate::broker::fatal(transport, &LocalError::Died { name, status, last });
+    });
+    Ok(LocalProcess { name, port, pid, _stdin: stdin })
 }
 
 #[cfg(test)]

@@ -37,7 +37,7 @@ impl CellBroker for Memory {
         match Fault::from_environment() {
             Some(Fault::StaleRequeue) => Arc::new(StaleRequeue::new(healthy)),
             Some(Fault::KillBroker) => {
-                panic!("CONFORMANCE_FAULT=kill-broker needs a broker container; memory has no broker")
+                panic!("CONFORMANCE_FAULT=kill-broker needs a broker; memory has none")
             }
             Some(Fault::FailsFirstAttempt) | None => Arc::new(healthy),
         }

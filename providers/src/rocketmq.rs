@@ -85,12 +85,15 @@ fn broker() -> &'static Broker {
             (_, None) => unreachable!("a started broker has a loopback address"),
         };
         // Connecting is async, and the caller may itself be on a runtime: block a plain thread.
-        let connection = std::thread::spawn(move || {
-            gateway::blocking::runtime().block_on(RocketMqConnection::connect(&name_server))
-        })
-        .join()
-        .expect("connecting to RocketMQ panicked")
-        .unwrap_or_else(|e| panic!("{e}"));
+        let connected = std::sync::Arc::new(std::sync::Mutex::new(None));
+        let (slot, address) = (connected.clone(), name_server.clone());
+        source::require_answer("rocketmq", &running, &name_server, async move {
+            let connection = RocketMqConnection::connect(&address).await?;
+            *slot.lock().expect("one writer") = Some(connection);
+            Ok::<_, gateway::ChannelError>(())
+        });
+        let connection =
+            connected.lock().expect("one writer").take().expect("require_answer stops the binary otherwise");
         Broker { connection, _running: running }
     })
 }

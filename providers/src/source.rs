@@ -15,7 +15,7 @@
 //! A source that cannot give a broker stops the test binary at once (see [`fatal`](crate::broker::fatal)): it then ends
 //! without libtest's summary, and `cargo xtask conformance` refuses to touch the ledger.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 #[cfg(feature = "containers")]
 use crate::broker::BrokerContainer;
@@ -83,8 +83,14 @@ pub enum SourceError {
     #[cfg(feature = "containers")]
     #[error(transparent)]
     Container(#[from] ContainerError),
-    #[error("CONFORMANCE_FAULT=kill-broker needs a broker from containers, not from {given}")]
-    KillBrokerNeedsContainers { given: &'static str },
+    #[error(
+        "CONFORMANCE_FAULT=kill-broker needs a broker this binary started (containers or local), not one from env"
+    )]
+    KillBrokerNeedsItsOwnBroker,
+    #[error(transparent)]
+    Local(#[from] LocalError),
+    #[error("the broker from {from} at {endpoint} does not answer: {cause}")]
+    Unreachable { from: &'static str, endpoint: String, cause: String },
 }
 
 /// Why `auto` did not use containers, said in the run's source line (then a local process runs).
@@ -128,6 +134,16 @@ pub enum Running {
 }
 
 impl Running {
+    /// The source it came from: env, containers or local.
+    pub fn source(&self) -> &'static str {
+        match self {
+            Running::Env(_) => "env",
+            #[cfg(feature = "containers")]
+            Running::Container(_) => "containers",
+            Running::Local(_) => "local",
+        }
+    }
+
     /// `host:port` of a broker this binary started (none for `Env`).
     pub fn loopback_address(&self) -> Option<String> {
         match self {
@@ -148,14 +164,15 @@ pub fn start(definition: &Definition) -> Running {
     let choice = Choice::from_environment(transport);
     let started = Instant::now();
     let (running, detail) = resolve(definition, choice, endpoint).unwrap_or_else(|error| fatal(transport, &error));
-    let source = match &running {
-        Running::Env(_) => "env",
-        #[cfg(feature = "containers")]
-        Running::Container(_) => "containers",
-        Running::Local(_) => "local",
-    };
-    if Fault::from_environment() == Some(Fault::KillBroker) && source != "containers" {
-        fatal(transport, &SourceError::KillBrokerNeedsContainers { given: source });
+    let source = running.source();
+    if Fault::from_environment() == Some(Fault::KillBroker) {
+        match &running {
+            Running::Env(_) => fatal(transport, &SourceError::KillBrokerNeedsItsOwnBroker),
+            // A local broker is killed here; a container by `containers`, which started it.
+            Running::Local(process) => kill_soon(process.pid),
+            #[cfg(feature = "containers")]
+            Running::Container(_) => {}
+        }
     }
     announce(&format!(
         "{transport}: broker from {source} ({detail}; ready in {:.1} s)",
@@ -177,22 +194,59 @@ fn resolve(
         }
         (Choice::Env, None) => Err(SourceError::EnvUnset { variable: definition.endpoint_variable }),
         (Choice::Containers, _) => start_container(definition),
-        (Choice::Local, _) => Ok(start_local(definition, None)),
+        (Choice::Local, _) => start_local(definition, None),
         (Choice::Auto, None) => match containers_usable(definition) {
             Ok(()) => start_container(definition),
-            Err(why) => Ok(start_local(definition, Some(why))),
+            Err(why) => start_local(definition, Some(why)),
         },
     }
 }
 
 /// A local process that does not come up panics (naming it and the install command).
-fn start_local(definition: &Definition, auto_declined: Option<AutoDeclined>) -> (Running, String) {
-    let process = (definition.local)().unwrap_or_else(|error| panic!("{error}"));
+fn start_local(definition: &Definition, auto_declined: Option<AutoDeclined>) -> Result<(Running, String), SourceError> {
+    let process = (definition.local)()?;
     let mut detail = format!("{} on 127.0.0.1:{}", process.name, process.port);
     if let Some(why) = auto_declined {
         detail.push_str(&format!("; auto did not use containers: {why}"));
     }
-    (Running::Local(process), detail)
+    Ok((Running::Local(process), detail))
+}
+
+/// The `kill-broker` fault on a local broker: SIGKILL 250 ms after it is up, while cells run.
+fn kill_soon(pid: u32) {
+    std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(250));
+        let _ = std::process::Command::new("kill").args(["-KILL", &pid.to_string()]).status();
+    });
+}
+
+/// How long the first call to a broker may take before it counts as unanswered.
+pub const PROBE_CEILING: Duration = Duration::from_secs(15);
+
+/// Makes `probe`, a first call to the broker just started, on a plain thread (the caller may be
+/// on a runtime) within [`PROBE_CEILING`]. A broker that does not answer stops the binary once
+/// (a [`fatal`] line naming the transport, the source, the endpoint and the cause): an outage
+/// is never written down as a regression in every cell.
+pub fn require_answer<E: std::fmt::Display>(
+    transport: &str,
+    running: &Running,
+    endpoint: &str,
+    probe: impl std::future::Future<Output = Result<(), E>> + Send + 'static,
+) {
+    let answer = std::thread::spawn(move || {
+        gateway::GatewayRuntime::shared().block_on(async {
+            match tokio::time::timeout(PROBE_CEILING, probe).await {
+                Ok(result) => result.map_err(|error| error.to_string()),
+                Err(_) => Err(format!("no answer within {} s", PROBE_CEILING.as_secs())),
+            }
+        })
+    })
+    .join()
+    .unwrap_or_else(|_| Err("the probe panicked".to_owned()));
+    if let Err(cause) = answer {
+        let error = SourceError::Unreachable { from: running.source(), endpoint: endpoint.to_owned(), cause };
+        fatal(transport, &error);
+    }
 }
 
 #[cfg(feature = "containers")]

@@ -68,8 +68,20 @@ fn broker() -> &'static Broker {
                 .join()
                 .expect("loading the AWS configuration panicked"),
         };
+        let (client, endpoint) = (connection.sqs_client().clone(), endpoint_of(&running));
+        source::require_answer("sqs", &running, &endpoint, async move {
+            gateway::GatewayRuntime::shared().call(async move { client.list_queues().send().await }).await.map(drop)
+        });
         Broker { connection, _running: running }
     })
+}
+
+fn endpoint_of(running: &Running) -> String {
+    match (running, running.loopback_address()) {
+        (Running::Env(url), _) => url.clone(),
+        (_, Some(address)) => format!("http://{address}"),
+        (_, None) => unreachable!("a started broker has a loopback address"),
+    }
 }
 
 /// The connection to this binary's SQS broker, for bespoke tests.

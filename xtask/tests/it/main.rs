@@ -140,6 +140,46 @@ fn a_binary_over_its_time_limit_is_stopped_naming_the_cells_and_the_ledger_is_un
     assert_eq!(ledger_files(ledger.path()), before, "the ledger is left untouched");
 }
 
+/// A conformance run of the gcp cells against a scratch ledger, with `environment` set.
+fn gcp_run(ledger: &Path, brokers: &str, environment: &[(&str, &str)]) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_xtask"));
+    command.args(["conformance", "--transport", "gcp", "--brokers", brokers, "--ledger-dir"]).arg(ledger);
+    command.env_remove("CONFORMANCE_FAULT").env_remove("PUBSUB_EMULATOR_HOST");
+    command.envs(environment.iter().copied());
+    command.output().unwrap()
+}
+
+#[test]
+fn a_broker_that_does_not_answer_stops_the_run_once_naming_it_and_leaves_the_ledger() {
+    let ledger = scratch_ledger();
+    let before = ledger_files(ledger.path());
+    // Port 1 on loopback: nothing listens there.
+    let output = gcp_run(ledger.path(), "env", &[("PUBSUB_EMULATOR_HOST", "127.0.0.1:1")]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("error: gcp broker: the broker from env at http://127.0.0.1:1 does not answer:"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("Connection refused"), "the cause is named: {stderr}");
+    assert_eq!(stderr.matches("does not answer").count(), 2, "stopped once (and xtask says why): {stderr}");
+    assert!(!stderr.contains("regression"), "an outage is not a regression: {stderr}");
+    assert_eq!(ledger_files(ledger.path()), before, "the ledger is left untouched");
+}
+
+#[test]
+fn a_local_broker_dying_mid_run_stops_the_run_naming_it_and_leaves_the_ledger() {
+    let ledger = scratch_ledger();
+    let before = ledger_files(ledger.path());
+    let output = gcp_run(ledger.path(), "local", &[("CONFORMANCE_FAULT", "kill-broker")]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(stderr.contains("error: gcp broker: pstest exited (signal: 9"), "{stderr}");
+    assert!(stderr.contains("the gcp conformance binary stopped for its broker"), "{stderr}");
+    assert!(!stderr.contains("regression"), "an outage is not a regression: {stderr}");
+    assert_eq!(ledger_files(ledger.path()), before, "the ledger is left untouched");
+}
+
 /// The Pub/Sub stand-in `cargo xtask brokers images` builds (xtask's `brokers::PUBSUB_STAND_IN`).
 const PUBSUB_STAND_IN: &str = "localhost/conformance-pstest:pubsub-v2.9.0";
 
