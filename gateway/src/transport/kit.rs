@@ -54,6 +54,16 @@ pub(crate) fn whole_seconds(delay: Duration) -> u64 {
     delay.as_secs() + u64::from(delay.subsec_nanos() > 0)
 }
 
+/// A delayed send on a broker with no per-message delay is refused (`why` says so): sending it
+/// at once would break the delay's promise.
+#[cfg_attr(not(any(feature = "sqs", feature = "gcp")), allow(dead_code))]
+pub(crate) fn refuse_delay(message: &Message, delay: Duration, why: &'static str) -> Result<(), ChannelError> {
+    if delay.is_zero() {
+        return Ok(());
+    }
+    Err(ChannelError::broker(&message.header.topic, "send with delay", ErrorKind::Unsupported, why))
+}
+
 /// Settling `message` on `channel` found no receipt for it: already settled, or its lease lapsed.
 pub(crate) fn not_in_flight(channel: &str, operation: &'static str, message: &Message) -> ChannelError {
     ChannelError::NotInFlight { channel: channel.to_owned(), operation, message_id: message.id().to_owned() }

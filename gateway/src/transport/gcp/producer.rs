@@ -10,10 +10,11 @@ use tokio::sync::Mutex;
 
 use super::broker_error;
 use crate::channel::Producer;
-use crate::error::{ChannelError, ErrorKind};
+use crate::error::ChannelError;
 use crate::message::Message;
 use crate::runtime::GatewayRuntime;
 use crate::transport::attributes::header_attributes;
+use crate::transport::kit;
 
 /// Publishes to the topic named by the message's topic (or a given topic, for routed copies).
 pub struct GcpProducer {
@@ -84,14 +85,7 @@ impl Producer for GcpProducer {
     }
 
     async fn send_with_delay(&self, message: &Message, delay: Duration) -> Result<(), ChannelError> {
-        if !delay.is_zero() {
-            return Err(ChannelError::broker(
-                &message.header.topic,
-                "send with delay",
-                ErrorKind::Unsupported,
-                "Pub/Sub has no per-message delivery delay",
-            ));
-        }
+        kit::refuse_delay(message, delay, "Pub/Sub has no per-message delivery delay")?;
         self.send(message).await
     }
 }

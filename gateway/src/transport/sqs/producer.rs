@@ -170,14 +170,7 @@ impl Producer for SnsProducer {
     }
 
     async fn send_with_delay(&self, message: &Message, delay: Duration) -> Result<(), ChannelError> {
-        if !delay.is_zero() {
-            return Err(ChannelError::broker(
-                &message.header.topic,
-                "send with delay",
-                ErrorKind::Unsupported,
-                "SNS has no per-message delay",
-            ));
-        }
+        kit::refuse_delay(message, delay, "SNS has no per-message delay")?;
         self.send(message).await
     }
 }
