@@ -14,11 +14,13 @@ mod connection;
 mod producer;
 mod pull;
 mod stream;
+mod subscription;
 
-pub use connection::{Consumption, GcpConnection, GcpSubscription};
+pub use connection::GcpConnection;
 pub use producer::GcpProducer;
 pub use pull::{read_received_message, PullChannel};
 pub use stream::{read_streamed_message, StreamChannel};
+pub use subscription::{Consumption, GcpSubscription};
 
 /// The official crate's streamed message (the stream reader takes it).
 pub use google_cloud_pubsub::model::Message as StreamedMessage;

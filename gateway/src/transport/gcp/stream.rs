@@ -12,7 +12,7 @@ use google_cloud_pubsub::subscriber::handler::Handler;
 use tokio::sync::mpsc;
 
 use super::producer::GcpProducer;
-use super::GcpSubscription;
+use super::subscription::GcpSubscription;
 use crate::budget::CountingReport;
 use crate::channel::Channel;
 use crate::error::{ChannelError, ErrorKind};

@@ -16,8 +16,8 @@ use rocketmq_protocol::protocol::header::pop_message_request_header::PopMessageR
 use rocketmq_protocol::rpc::rpc_request_header::RpcRequestHeader;
 use rocketmq_protocol::rpc::topic_request_header::TopicRequestHeader;
 
-use super::connection::RocketMqSubscription;
 use super::producer::RocketMqProducer;
+use super::subscription::RocketMqSubscription;
 use super::{broker_error, MAX_INVISIBLE};
 use crate::budget::CountingReport;
 use crate::channel::Channel;

@@ -3,7 +3,6 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
-use std::time::Duration;
 
 use rocketmq_client_rust::{
     ClientConfig, ClientInstanceHandle, ClientRuntime, ClientRuntimeConfig, DefaultMQProducer, ProducerTopicAdmin,
@@ -14,11 +13,12 @@ use rocketmq_runtime::{RuntimeConfig, RuntimeOwner};
 use super::broker_error;
 use super::channel::{Broker, RocketMqChannel};
 use super::producer::{NativeSender, RocketMqProducer};
-use crate::budget::{self, DeliveryCounting};
+use super::subscription::RocketMqSubscription;
+use crate::budget;
 use crate::channel::Channel;
 use crate::error::ChannelError;
 use crate::runtime::GatewayRuntime;
-use crate::subscription::{MakeChannels, Subscription};
+use crate::subscription::MakeChannels;
 
 /// Every handle of one connection shares one client instance (its connections); handles differ
 /// only in their call gate, so a channel's long poll never holds up another's ack.
@@ -26,33 +26,6 @@ const CLIENT_DOMAIN: u64 = 1;
 /// The broker's template topic, through which clients create topics.
 const TEMPLATE_TOPIC: &str = "TBW102";
 const ADMIN_TIMEOUT_MILLIS: u64 = 5_000;
-
-/// A RocketMQ subscription: `subscription.name` is the consumer group, `routing_key` the topic,
-/// the dead-letter and invalid-message routing keys are topics.
-#[derive(Debug, Clone)]
-pub struct RocketMqSubscription {
-    pub subscription: Subscription,
-    /// The lease: how long a popped message stays invisible before the broker redelivers it.
-    pub invisible_time: Duration,
-}
-
-impl RocketMqSubscription {
-    pub fn new(subscription: Subscription) -> RocketMqSubscription {
-        RocketMqSubscription { subscription, invisible_time: Duration::from_secs(30) }
-    }
-}
-
-impl DeliveryCounting for RocketMqSubscription {
-    /// The group's maximum reconsume times lives on the broker, invisible to the client.
-    fn native_redrive_limit(&self) -> Option<u32> {
-        None
-    }
-
-    /// Pop always carries the broker's count (AC-23 measured it), so the budget is enforceable.
-    fn unenforceable_reason(&self) -> Option<String> {
-        None
-    }
-}
 
 /// The client's own runtime, once per process. The client does its I/O on a runtime it owns:
 /// rocketmq-runtime says production code must build it through `RuntimeOwner` and never borrow

@@ -15,10 +15,12 @@
 mod channel;
 mod connection;
 mod producer;
+mod subscription;
 
 pub use channel::{read_popped_message, RocketMqChannel};
-pub use connection::{RocketMqConnection, RocketMqSubscription};
+pub use connection::RocketMqConnection;
 pub use producer::{to_rocketmq_message, RocketMqProducer};
+pub use subscription::RocketMqSubscription;
 
 /// The client's message builder, for messages the gateway did not write (`send_native`).
 pub use rocketmq_model::common::message::message_builder::MessageBuilder as NativeMessageBuilder;
