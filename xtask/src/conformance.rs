@@ -570,7 +570,12 @@ fn run_record(runs: &[BinaryRun], modules: &BTreeMap<String, &str>) -> RunRecord
             }
         }
     }
-    RunRecord { date: ledger::now_rfc3339(), commit: git_commit(), configurations: tallies.into_values().collect() }
+    RunRecord {
+        date: ledger::now_rfc3339(),
+        commit: git_commit(),
+        configurations: tallies.into_values().collect(),
+        ..RunRecord::default()
+    }
 }
 
 fn print_summary(
