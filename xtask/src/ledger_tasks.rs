@@ -10,9 +10,6 @@ use ledger::{Behaviour, CellId, Ledger};
 
 use crate::root;
 
-/// The run history, relative to the workspace root.
-const RUNS: &str = "ledger/runs.jsonl";
-
 #[derive(Subcommand)]
 pub enum LedgerTask {
     /// Print the matrix (configurations x behaviours)
@@ -28,11 +25,16 @@ pub enum LedgerTask {
         #[arg(long)]
         reason: String,
     },
-    /// Write ledger/LEDGER.md from ledger/cells.tsv
+    /// Write ledger/LEDGER.md from ledger/cells.tsv and ledger/runs.jsonl
     Render,
     /// Check that ignored tests and Deferred cells match, the ledger covers the manifest, and
     /// ledger/runs.jsonl parses
     Audit,
+}
+
+/// The matrix's rows: each configuration with its transport.
+fn rows(manifest: &Manifest) -> Vec<(&str, &str)> {
+    manifest.configurations.iter().map(|c| (c.name.as_str(), c.transport.as_str())).collect()
 }
 
 fn manifest() -> Result<Manifest> {
@@ -47,7 +49,8 @@ pub fn run(task: LedgerTask) -> Result<()> {
     let (configurations, behaviours) = (manifest.configuration_names(), manifest.behaviour_ids());
     match task {
         LedgerTask::Show => {
-            print!("{}", Ledger::load(&path)?.render_markdown(&configurations, &behaviours));
+            let runs = ledger::read_runs(&root.join(generator::RUNS))?;
+            print!("{}", Ledger::load(&path)?.render_markdown(&rows(&manifest), &behaviours, &runs));
         }
         LedgerTask::Defer { cell, reference, reason } => {
             if !configurations.contains(&cell.configuration.as_str()) || !behaviours.contains(&cell.behaviour) {
@@ -60,7 +63,8 @@ pub fn run(task: LedgerTask) -> Result<()> {
             eprintln!("{cell}: {previous} -> {}", ledger.get(&cell).expect("just deferred"));
         }
         LedgerTask::Render => {
-            let markdown = Ledger::load(&path)?.render_markdown(&configurations, &behaviours);
+            let runs = ledger::read_runs(&root.join(generator::RUNS))?;
+            let markdown = Ledger::load(&path)?.render_markdown(&rows(&manifest), &behaviours, &runs);
             let target = root.join(generator::LEDGER_MARKDOWN);
             std::fs::write(&target, markdown).with_context(|| format!("writing {}", target.display()))?;
         }
@@ -104,7 +108,7 @@ fn audit(root: &Path, manifest: &Manifest, ledger: &Ledger) -> Result<()> {
         problems.push(format!("{cell} is in {} but has no ledger row", generator::MANIFEST));
     }
     // The run log must parse, and end with a line end so the next record can be appended.
-    if let Err(error) = ledger::check_runs(&root.join(RUNS)) {
+    if let Err(error) = ledger::check_runs(&root.join(generator::RUNS)) {
         problems.push(error.to_string());
     }
     if problems.is_empty() {
