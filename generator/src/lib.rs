@@ -23,6 +23,8 @@ pub const MANIFEST: &str = "templates/manifest.yaml";
 /// The ledger's data file and its rendered matrix.
 pub const LEDGER: &str = "ledger/cells.tsv";
 pub const LEDGER_MARKDOWN: &str = "ledger/LEDGER.md";
+/// The run history, which the matrix reads for flakes and last runs.
+pub const RUNS: &str = "ledger/runs.jsonl";
 /// The generated crate.
 pub const GENERATED: &str = "generated";
 
@@ -31,6 +33,7 @@ pub const GENERATED: &str = "generated";
 pub fn generate(root: &Path, mode: Mode) -> Result<Outcome, GenerateError> {
     let manifest = Manifest::load(&root.join(MANIFEST), &root.join("templates"))?;
     let ledger = ledger::Ledger::load(&root.join(LEDGER))?;
-    let outputs = render::render_all(root, &manifest, &ledger)?;
+    let runs = ledger::read_runs(&root.join(RUNS))?;
+    let outputs = render::render_all(root, &manifest, &ledger, &runs)?;
     files::apply(root, &outputs, mode)
 }

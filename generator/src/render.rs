@@ -153,6 +153,7 @@ pub(crate) fn render_all(
     root: &Path,
     manifest: &Manifest,
     ledger: &Ledger,
+    runs: &[ledger::RunRecord],
 ) -> Result<BTreeMap<PathBuf, String>, GenerateError> {
     let mut tera = Tera::new(&format!("{}/templates/**/*.tera", root.display()))
         .map_err(|error| GenerateError::Template { template: "templates/".into(), chain: chain(&error) })?;
@@ -205,7 +206,9 @@ pub(crate) fn render_all(
     }
 
     unformatted.format_into(root, &mut outputs)?;
-    let markdown = ledger.render_markdown(&manifest.configuration_names(), &manifest.behaviour_ids());
+    let rows: Vec<(&str, &str)> =
+        manifest.configurations.iter().map(|c| (c.name.as_str(), c.transport.as_str())).collect();
+    let markdown = ledger.render_markdown(&rows, &manifest.behaviour_ids(), runs);
     outputs.insert(PathBuf::from(LEDGER_MARKDOWN), markdown);
     Ok(outputs)
 }

@@ -118,9 +118,19 @@ fn with_deferred_configuration() -> tempfile::TempDir {
     let mut text = std::fs::read_to_string(&cells).unwrap();
     text.push_str("slow-broker\tFR-9\tDeferred\t#4\tthe broker ignores \"DelaySeconds\"\n");
     std::fs::write(&cells, text).unwrap();
+    // Fixed runs, so the matrix's flake marks and last runs do not move with the project's runs.
+    std::fs::write(scratch.path().join("ledger/runs.jsonl"), RUNS).unwrap();
     generate(scratch.path(), Mode::Write).unwrap();
     scratch
 }
+
+/// An old record (totals only) and a newer one with provenance, per-cell results and a flake.
+const RUNS: &str = concat!(
+    r#"{"date":"2026-11-30T07:17:25Z","commit":"1e165c2","configurations":[{"configuration":"memory","variant":"reactor","passed":12,"failed":0,"skipped":0,"wall_ms":2009,"flakes":[]}]}"#,
+    "\n",
+    r#"{"date":"2026-12-01T09:00:00Z","commit":"bbb0002","dirty":true,"toolchain":"rustc 1.95.0","digest":"0123","brokers":[{"transport":"slow","source":"local","implementation":"slowmq","version":"1.2"}],"configurations":[{"configuration":"slow-broker","variant":"reactor","passed":1,"failed":0,"skipped":0,"wall_ms":900,"flakes":[{"cell":"slow-broker/FR-2","variant":"reactor","first_failure":"no arrival in 30 s"}]}],"cells":[{"cell":"slow-broker/FR-2","variant":"reactor","result":"flaky","duration_ms":900}]}"#,
+    "\n",
+);
 
 fn read(scratch: &tempfile::TempDir, path: &str) -> String {
     std::fs::read_to_string(scratch.path().join(path)).unwrap()

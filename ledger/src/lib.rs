@@ -5,7 +5,8 @@
 //! Modules, one concept each: [`cell`] (ids), [`status`], [`file`](mod@file) (parse,
 //! format, atomic save), [`update`] (applying test results), [`markdown`],
 //! [`audit`] (ledger vs `#[ignore]`d tests), [`runs`] (run history),
-//! [`digest`] (the source digest a run is recorded at), [`error`].
+//! [`evidence`] (what the history says of each cell), [`digest`] (the
+//! source digest a run is recorded at), [`error`].
 
 use std::collections::BTreeMap;
 
@@ -13,6 +14,7 @@ pub mod audit;
 pub mod cell;
 pub mod digest;
 pub mod error;
+pub mod evidence;
 pub mod file;
 pub mod markdown;
 pub mod runs;
@@ -23,7 +25,10 @@ pub use audit::AuditProblem;
 pub use cell::{validate_configuration, Behaviour, CellId, NameError};
 pub use digest::source_digest;
 pub use error::{LedgerError, ParseProblem};
-pub use runs::{append_run, check_runs, now_rfc3339, parse_runs, read_runs, ConfigurationRun, Flake, RunRecord};
+pub use runs::{
+    append_run, check_runs, now_rfc3339, parse_runs, read_runs, BrokerProvenance, CellRun, ConfigurationRun, Flake,
+    RunRecord,
+};
 pub use status::Status;
 pub use update::{CellResult, Transition, UpdateReport, VariantResult};
 

@@ -1,6 +1,9 @@
 //! Run history (`ledger/runs.jsonl`): one JSON object per conformance run,
 //! appended, so the file only ever grows at the end.
 //!
+//! A record is evidence: besides the per-configuration totals it says what
+//! was run (the commit, whether the tree had uncommitted changes, the source
+//! digest, the toolchain), against which brokers, and how each cell did.
 //! Every field added after the first records is `#[serde(default)]`, so the
 //! old lines still parse.
 
@@ -20,7 +23,58 @@ pub struct RunRecord {
     pub date: String,
     /// `git rev-parse --short HEAD`.
     pub commit: String,
+    /// The working tree had uncommitted changes (so `commit` alone does not
+    /// say what ran; `digest` does).
+    #[serde(default)]
+    pub dirty: bool,
+    /// `rustc -V`; None when unknown.
+    #[serde(default)]
+    pub toolchain: Option<String>,
+    /// [`crate::source_digest`] of the tree that ran; None when unknown.
+    #[serde(default)]
+    pub digest: Option<String>,
+    /// The brokers the run talked to, one per transport run.
+    #[serde(default)]
+    pub brokers: Vec<BrokerProvenance>,
     pub configurations: Vec<ConfigurationRun>,
+    /// Every cell run, per pump variant. Empty in records written before
+    /// cells were recorded: those are evidence for whole configurations.
+    #[serde(default)]
+    pub cells: Vec<CellRun>,
+}
+
+/// Where one transport's broker came from.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BrokerProvenance {
+    /// The manifest's transport name (`memory`, `sqs`, `gcp`, `rocketmq`).
+    pub transport: String,
+    /// The broker source that resolved: `env`, `containers`, `local` (or
+    /// `in-process` for the memory transport).
+    pub source: String,
+    /// What answered, e.g. `moto`, `localstack`, `pstest`, an endpoint or an image.
+    pub implementation: String,
+    /// Its version, or an image tag; empty when unknown.
+    pub version: String,
+}
+
+/// One cell under one pump variant.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CellRun {
+    /// `<configuration>/FR-<n>`, e.g. `sqs-fifo/FR-23` (a [`crate::CellId`]).
+    pub cell: String,
+    /// "reactor" or "proactor".
+    pub variant: String,
+    /// One of [`CellRun::PASSED`], [`CellRun::FAILED`], [`CellRun::SKIPPED`], [`CellRun::FLAKY`].
+    pub result: String,
+    pub duration_ms: u64,
+}
+
+impl CellRun {
+    pub const PASSED: &'static str = "passed";
+    pub const FAILED: &'static str = "failed";
+    pub const SKIPPED: &'static str = "skipped";
+    /// Failed, then passed on retry; the run also lists it in its configuration's `flakes`.
+    pub const FLAKY: &'static str = "flaky";
 }
 
 /// Totals for one configuration under one pump variant.
@@ -158,6 +212,28 @@ mod tests {
                     first_failure: "assertion failed".into(),
                 }],
             }],
+            ..RunRecord::default()
+        }
+    }
+
+    fn full_record() -> RunRecord {
+        RunRecord {
+            dirty: true,
+            toolchain: Some("rustc 1.95.0 (abc 2026-01-01)".into()),
+            digest: Some("ab".repeat(32)),
+            brokers: vec![BrokerProvenance {
+                transport: "sqs".into(),
+                source: "local".into(),
+                implementation: "moto".into(),
+                version: "5.0.0".into(),
+            }],
+            cells: vec![CellRun {
+                cell: "sqs-fifo/FR-23".into(),
+                variant: "proactor".into(),
+                result: CellRun::FLAKY.into(),
+                duration_ms: 4200,
+            }],
+            ..record("abc123")
         }
     }
 
@@ -174,13 +250,24 @@ mod tests {
         assert!(text.ends_with('\n'));
         assert_eq!(
             lines[0],
-            r#"{"date":"2025-01-31T12:00:00Z","commit":"abc123","configurations":[{"configuration":"memory","variant":"reactor","passed":40,"failed":1,"skipped":2,"wall_ms":1234,"flakes":[{"cell":"memory/FR-9","variant":"reactor","first_failure":"assertion failed"}]}]}"#
+            r#"{"date":"2025-01-31T12:00:00Z","commit":"abc123","dirty":false,"toolchain":null,"digest":null,"brokers":[],"configurations":[{"configuration":"memory","variant":"reactor","passed":40,"failed":1,"skipped":2,"wall_ms":1234,"flakes":[{"cell":"memory/FR-9","variant":"reactor","first_failure":"assertion failed"}]}],"cells":[]}"#
         );
         assert_eq!(read_runs(&path).unwrap(), [record("abc123"), record("def456")]);
     }
 
     #[test]
-    fn an_old_record_parses() {
+    fn every_field_round_trips() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("runs.jsonl");
+        append_run(&path, &full_record()).unwrap();
+        assert_eq!(read_runs(&path).unwrap(), [full_record()]);
+        assert!(fs::read_to_string(&path)
+            .unwrap()
+            .contains(r#""brokers":[{"transport":"sqs","source":"local","implementation":"moto","version":"5.0.0"}]"#));
+    }
+
+    #[test]
+    fn an_old_record_parses_with_empty_provenance() {
         let old = r#"{"date":"2026-11-30T07:17:25Z","commit":"1e165c2","configurations":[{"configuration":"memory","variant":"proactor","passed":12,"failed":0,"skipped":0,"wall_ms":2009,"flakes":[]}]}"#;
         let runs = parse_runs(old, Path::new("runs.jsonl")).unwrap();
         assert_eq!(
@@ -195,6 +282,7 @@ mod tests {
                     wall_ms: 2009,
                     ..ConfigurationRun::default()
                 }],
+                ..RunRecord::default()
             }]
         );
     }

@@ -405,7 +405,10 @@ pub fn run(args: &Args) -> Result<()> {
     if ledger_dir == default_dir {
         generator::generate(&root, generator::Mode::Write)?;
     } else {
-        let markdown = ledger.render_markdown(&manifest.configuration_names(), &manifest.behaviour_ids());
+        let rows: Vec<(&str, &str)> =
+            manifest.configurations.iter().map(|c| (c.name.as_str(), c.transport.as_str())).collect();
+        let runs = ledger::read_runs(&ledger_dir.join("runs.jsonl"))?;
+        let markdown = ledger.render_markdown(&rows, &manifest.behaviour_ids(), &runs);
         std::fs::write(ledger_dir.join("LEDGER.md"), markdown)?;
     }
     if let Some(path) = &args.junit {
@@ -570,7 +573,12 @@ fn run_record(runs: &[BinaryRun], modules: &BTreeMap<String, &str>) -> RunRecord
             }
         }
     }
-    RunRecord { date: ledger::now_rfc3339(), commit: git_commit(), configurations: tallies.into_values().collect() }
+    RunRecord {
+        date: ledger::now_rfc3339(),
+        commit: git_commit(),
+        configurations: tallies.into_values().collect(),
+        ..RunRecord::default()
+    }
 }
 
 fn print_summary(
