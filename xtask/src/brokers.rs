@@ -196,3 +196,25 @@ fn install_rocketmq() -> Result<()> {
         "compile the RocketMQ launcher with javac",
     )
 }
+
+/// The version of `transport`'s local broker the project pins: moto in requirements-sqs.txt,
+/// the Pub/Sub module behind pstest in its go.mod, Apache RocketMQ in its pom.
+pub fn pinned_version(transport: &str) -> Option<String> {
+    let brokers = root().join("providers/brokers");
+    let (file, find): (&str, fn(&str) -> Option<String>) = match transport {
+        "sqs" => {
+            ("requirements-sqs.txt", |line| line.strip_prefix("moto[server]==").map(|v| format!("moto {}", v.trim())))
+        }
+        "gcp" => ("pstest/go.mod", |line| {
+            line.trim()
+                .strip_prefix("require cloud.google.com/go/pubsub/v2 ")
+                .map(|v| format!("pubsub pstest {}", v.trim()))
+        }),
+        "rocketmq" => ("rocketmq/pom.xml", |line| {
+            let rest = line.trim().strip_prefix("<rocketmq.version>")?;
+            Some(format!("Apache RocketMQ {}", rest.strip_suffix("</rocketmq.version>")?))
+        }),
+        _ => return None,
+    };
+    std::fs::read_to_string(brokers.join(file)).ok()?.lines().find_map(find)
+}

@@ -114,6 +114,7 @@ struct BinaryRun {
     failures: BTreeMap<String, String>,
     wall: Duration,
     flakes: Vec<Flaked>,
+    broker: ledger::BrokerProvenance,
 }
 
 /// A test that failed, then passed when run again alone.
@@ -198,11 +199,7 @@ pub(crate) struct BinaryCall<'a> {
 pub(crate) const DEFAULT_BINARY_LIMIT: Duration = Duration::from_secs(1200);
 
 /// Runs one transport's test binary, every selected cell at once.
-pub(crate) fn run_binary(
-    call: &BinaryCall,
-    done: &mut usize,
-    total: usize,
-) -> Result<(Vec<Finished>, BTreeMap<String, String>, Duration)> {
+pub(crate) fn run_binary(call: &BinaryCall, done: &mut usize, total: usize) -> Result<BinaryOutcome> {
     let BinaryCall { workspace, transport, brokers, executable, .. } = *call;
     let tests = list_tests(executable, &call.filters)?;
     let started = Instant::now();
@@ -221,15 +218,18 @@ pub(crate) fn run_binary(
     let broker_stopped = {
         let stderr = BufReader::new(child.stderr.take().expect("piped"));
         let fatal = format!("error: {transport} broker: ");
+        let source_line = format!("{transport}: broker from ");
         std::thread::spawn(move || {
-            let mut stopped = None;
+            let (mut stopped, mut announced) = (None, None);
             for line in stderr.lines().map_while(Result::ok) {
                 eprintln!("{line}");
                 if stopped.is_none() && line.starts_with(&fatal) {
                     stopped = Some(line);
+                } else if announced.is_none() {
+                    announced = line.strip_prefix(&source_line).map(str::to_owned);
                 }
             }
-            stopped
+            (stopped, announced)
         })
     };
     let (mut finished, mut lines, mut summarised) = (Vec::new(), Vec::new(), false);
@@ -256,7 +256,8 @@ pub(crate) fn run_binary(
             running.join(", ")
         );
     }
-    if let Some(line) = broker_stopped.join().expect("the stderr reader panicked") {
+    let (stopped, announced) = broker_stopped.join().expect("the stderr reader panicked");
+    if let Some(line) = stopped {
         bail!(
             "the {transport} conformance binary stopped for its broker ({status}): {line}; the ledger is left untouched"
         );
@@ -267,7 +268,40 @@ pub(crate) fn run_binary(
              the ledger is left untouched"
         );
     }
-    Ok((finished, failure_sections(&lines), started.elapsed()))
+    let broker = provenance(transport, announced.as_deref());
+    Ok(BinaryOutcome { finished, failures: failure_sections(&lines), wall: started.elapsed(), broker })
+}
+
+/// What one run of a test binary reported.
+pub(crate) struct BinaryOutcome {
+    pub(crate) finished: Vec<Finished>,
+    /// libtest's failure sections, by test name.
+    pub(crate) failures: BTreeMap<String, String>,
+    pub(crate) wall: Duration,
+    /// The broker the cells ran against, from the binary's `<transport>: broker from …` line.
+    pub(crate) broker: ledger::BrokerProvenance,
+}
+
+/// The broker behind a run, from the source line a test binary prints
+/// (`local (pstest on 127.0.0.1:4000; ready in 0.1 s)`) and the project's pins.
+fn provenance(transport: &str, announced: Option<&str>) -> ledger::BrokerProvenance {
+    let (source, detail) = match announced {
+        Some(line) => line.split_once(" (").map_or((line, ""), |(source, detail)| (source, detail)),
+        // The in-memory transport has no broker process: it runs in the test binary.
+        None => ("in-process", ""),
+    };
+    let implementation = match source {
+        "local" => detail.split(' ').next().unwrap_or_default().to_owned(),
+        "containers" => detail.strip_prefix("image ").and_then(|d| d.split(',').next()).unwrap_or_default().to_owned(),
+        "env" => detail.split(';').next().unwrap_or_default().to_owned(),
+        _ => format!("gateway {transport}"),
+    };
+    let version = match source {
+        "local" => crate::brokers::pinned_version(transport).unwrap_or_default(),
+        "in-process" => env!("CARGO_PKG_VERSION").to_owned(),
+        _ => String::new(),
+    };
+    ledger::BrokerProvenance { transport: transport.to_owned(), source: source.to_owned(), implementation, version }
 }
 
 /// Kills a process that outlives its limit, from a thread of its own.
@@ -325,6 +359,21 @@ pub(crate) fn selected_transports<'m>(manifest: &'m Manifest, asked: &[String]) 
         .collect()
 }
 
+/// Whether the working tree has changes git would show (the commit alone does not say what ran).
+fn git_dirty() -> bool {
+    Command::new("git")
+        .current_dir(root())
+        .args(["status", "--porcelain"])
+        .output()
+        .is_ok_and(|output| !output.stdout.is_empty())
+}
+
+/// `rustc -V` of the toolchain that built the cells.
+fn toolchain() -> Option<String> {
+    let output = Command::new("rustc").current_dir(root()).arg("-V").output().ok()?;
+    output.status.success().then(|| String::from_utf8_lossy(&output.stdout).trim().to_owned())
+}
+
 pub(crate) fn git_commit() -> String {
     Command::new("git")
         .current_dir(root())
@@ -367,8 +416,10 @@ pub fn run(args: &Args) -> Result<()> {
         binaries.push((*transport, executable, selection.filters(&manifest, transport)));
     }
     let limit = Duration::from_secs(args.binary_timeout);
+    // What the cells are about to exercise: evidence is tied to these sources.
+    let digest = ledger::source_digest(&root)?;
     if args.repeat > 1 {
-        return repeat(&root, args, &binaries, &selection, &modules, limit);
+        return repeat(&root, args, &binaries, &selection, &modules, limit, &ledger);
     }
     let runs = run_all(&root, args.brokers, &binaries, &selection, &modules, limit, Some(&ledger))?;
     // Every binary completed: only now may the ledger change.
@@ -400,7 +451,7 @@ pub fn run(args: &Args) -> Result<()> {
     }
     let report = ledger.apply(&results);
     ledger.save(&cells_path)?;
-    let record = run_record(&runs, &modules);
+    let record = run_record(&runs, &modules, digest);
     ledger::append_run(&ledger_dir.join("runs.jsonl"), &record)?;
     if ledger_dir == default_dir {
         generator::generate(&root, generator::Mode::Write)?;
@@ -458,7 +509,8 @@ fn run_all(
     for (transport, executable, filters) in binaries {
         let call =
             |filters: Vec<String>| BinaryCall { workspace: root, transport, brokers, executable, filters, limit };
-        let (mut finished, mut failures, wall) = run_binary(&call(filters.clone()), &mut done, total)?;
+        let BinaryOutcome { mut finished, mut failures, wall, broker } =
+            run_binary(&call(filters.clone()), &mut done, total)?;
         let missing: Vec<String> = selection
             .expected(transport)
             .into_iter()
@@ -482,7 +534,7 @@ fn run_all(
                     continue;
                 }
                 eprintln!("rerunning {} alone: {cell} is not Deferred", test.name);
-                let (again, _, _) = run_binary(&call(vec![test.name.clone()]), &mut 0, 1)?;
+                let again = run_binary(&call(vec![test.name.clone()]), &mut 0, 1)?.finished;
                 if again.iter().any(|r| r.name == test.name && r.result == TestResult::Ok) {
                     let first = failures.remove(&test.name).unwrap_or_default();
                     eprintln!("flake: {cell} ({variant}) failed, then passed alone");
@@ -492,7 +544,7 @@ fn run_all(
             }
         }
         let configurations = selection.configurations_of(transport).iter().map(|c| c.name.clone()).collect();
-        runs.push(BinaryRun { configurations, finished, failures, wall, flakes });
+        runs.push(BinaryRun { configurations, finished, failures, wall, flakes, broker });
     }
     Ok(runs)
 }
@@ -517,6 +569,7 @@ fn repeat(
     selection: &Selection,
     modules: &BTreeMap<String, &str>,
     limit: Duration,
+    ledger: &Ledger,
 ) -> Result<()> {
     let mut passes: BTreeMap<(CellId, String), (u32, u32)> = BTreeMap::new();
     for round in 1..=args.repeat {
@@ -532,21 +585,40 @@ fn repeat(
             }
         }
     }
-    println!("| cell | variant | passed | runs | pass rate |\n| --- | --- | ---: | ---: | ---: |");
+    println!("| cell | variant | status | passed | runs | pass rate |\n| --- | --- | --- | ---: | ---: | ---: |");
+    let mut unstable = 0;
     for ((cell, variant), (passed, runs)) in &passes {
-        println!("| {cell} | {variant} | {passed} | {runs} | {:.0}% |", 100.0 * f64::from(*passed) / f64::from(*runs));
+        let status = ledger.get(cell).map_or_else(|| "(missing)".to_owned(), ToString::to_string);
+        let rate = 100.0 * f64::from(*passed) / f64::from(*runs);
+        println!("| {cell} | {variant} | {status} | {passed} | {runs} | {rate:.0}% |");
+        // A Deferred cell is expected to fail: only the others must pass every time.
+        unstable += usize::from(passed != runs && !matches!(ledger.get(cell), Some(Status::Deferred { .. })));
     }
-    let unstable = passes.values().filter(|(passed, runs)| passed != runs).count();
-    eprintln!("{} cell variants, {unstable} below 100%", passes.len());
+    eprintln!("{} cell variants; {unstable} not Deferred and below 100%", passes.len());
     Ok(())
 }
 
-fn run_record(runs: &[BinaryRun], modules: &BTreeMap<String, &str>) -> RunRecord {
+fn run_record(runs: &[BinaryRun], modules: &BTreeMap<String, &str>, digest: String) -> RunRecord {
     let mut tallies: BTreeMap<(String, String), ConfigurationRun> = BTreeMap::new();
+    let mut cells = Vec::new();
     for run in runs {
         for finished in &run.finished {
-            let Some((module, variant, _)) = libtest::cell_of(&finished.name) else { continue };
+            let Some((module, variant, number)) = libtest::cell_of(&finished.name) else { continue };
             let Some(configuration) = modules.get(module) else { continue };
+            let cell = CellId::new(*configuration, Behaviour(number));
+            let flaky = run.flakes.iter().any(|f| f.cell == cell && f.variant == variant);
+            let result = match finished.result {
+                TestResult::Ok if flaky => ledger::CellRun::FLAKY,
+                TestResult::Ok => ledger::CellRun::PASSED,
+                TestResult::Failed => ledger::CellRun::FAILED,
+                TestResult::Ignored => ledger::CellRun::SKIPPED,
+            };
+            cells.push(ledger::CellRun {
+                cell: cell.to_string(),
+                variant: variant.to_owned(),
+                result: result.to_owned(),
+                duration_ms: finished.elapsed.as_millis() as u64,
+            });
             let tally =
                 tallies.entry((configuration.to_string(), variant.to_owned())).or_insert_with(|| ConfigurationRun {
                     configuration: configuration.to_string(),
@@ -573,11 +645,16 @@ fn run_record(runs: &[BinaryRun], modules: &BTreeMap<String, &str>) -> RunRecord
             }
         }
     }
+    cells.sort_by(|a, b| (&a.cell, &a.variant).cmp(&(&b.cell, &b.variant)));
     RunRecord {
         date: ledger::now_rfc3339(),
         commit: git_commit(),
+        dirty: git_dirty(),
+        toolchain: toolchain(),
+        digest: Some(digest),
+        brokers: runs.iter().map(|run| run.broker.clone()).collect(),
         configurations: tallies.into_values().collect(),
-        ..RunRecord::default()
+        cells,
     }
 }
 

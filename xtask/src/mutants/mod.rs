@@ -100,7 +100,7 @@ fn measure(
             filters: Vec::new(),
             limit: conformance::DEFAULT_BINARY_LIMIT,
         };
-        let (finished, _, wall) = conformance::run_binary(&call, &mut 0, total)
+        let conformance::BinaryOutcome { finished, wall, .. } = conformance::run_binary(&call, &mut 0, total)
             .with_context(|| format!("{label}: the {} cells did not complete", transport.name))?;
         eprintln!("mutants: {label}: {} ran in {:.1} s", transport.name, wall.as_secs_f64());
         for test in &finished {
