@@ -171,6 +171,17 @@ kills: { sqs: [FR-16], sqs-fifo: [FR-16, FR-2] }
 survives: { memory: why not, sns-fifo: dedup }
 ";
 
+    /// Every patch still finds its text in the tree: a source change that moves a patched line
+    /// fails here, in the README's test command, not first in a mutation run.
+    #[test]
+    fn the_project_catalogue_matches_the_sources() {
+        let root = crate::root();
+        let manifest = Manifest::load(&root.join(generator::MANIFEST), &root.join("templates")).unwrap();
+        if let Err(error) = Catalogue::load(&root, &manifest) {
+            panic!("{error:#}");
+        }
+    }
+
     #[test]
     fn a_configuration_key_wins_over_its_transport() {
         let m = mutant(NACK);
