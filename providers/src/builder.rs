@@ -11,6 +11,7 @@ use async_trait::async_trait;
 use gateway::{Channel, Producer, Subscription};
 
 use crate::assertion::{FullHeader, MessageAssertion};
+use crate::ceiling::{step, Watched};
 use crate::cell::{Cell, CellParts, CellSpec, Teardown};
 use crate::Provider;
 
@@ -89,6 +90,7 @@ pub fn reader_subscription(destination: &str) -> Subscription {
 pub async fn build<B: CellBroker + ?Sized>(broker: &B, spec: CellSpec) -> Cell {
     crate::fault::fail_first_attempt(&format!("{}-{}-{}", broker.configuration(), spec.behaviour, spec.variant));
     let unique = spec.unique_name(broker.configuration());
+    let _step = step(|| format!("building the cell {unique}: its queues or topics, channels and producer"));
     let names = broker.names(&unique);
     let mut subscription =
         Subscription::new(&names.subscription, &names.routing_key).with_requeue_count(spec.requeue_count);
@@ -100,7 +102,8 @@ pub async fn build<B: CellBroker + ?Sized>(broker: &B, spec: CellSpec) -> Cell {
     }
     let plan = CellPlan { spec, names, subscription };
     let mut created = B::Created::default();
-    let channel = broker.channel(&plan, &mut created).await;
+    // Watched: the ceiling names a hung call made on it by the test or its pump.
+    let channel: Arc<dyn Channel> = Arc::new(Watched::new(broker.channel(&plan, &mut created).await));
     let dead_letter = match &plan.subscription.dead_letter_routing_key {
         Some(destination) => Some(broker.reader(destination, &mut created).await),
         None => None,

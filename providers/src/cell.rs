@@ -11,6 +11,7 @@ use gateway::blocking::runtime;
 use gateway::{Blocking, BlockingChannel, Channel, Message, MessageType, Producer, Subscription};
 
 use crate::assertion::MessageAssertion;
+use crate::ceiling::step;
 
 /// How often templates look for an arrival.
 pub const POLL_INTERVAL: Duration = Duration::from_millis(500);
@@ -98,6 +99,7 @@ pub struct Cell {
 /// Receives until the message with `id` arrives or `ceiling` passes, polling every
 /// `POLL_INTERVAL`. Other messages are released (a stray on a unique channel is not ours to settle).
 async fn poll_for(channel: &dyn Channel, id: &str, ceiling: Duration, mut guard: impl FnMut()) -> Option<Message> {
+    let _step = step(|| format!("{id} to arrive on {} (polling for up to {ceiling:?})", channel.name()));
     let deadline = Instant::now() + ceiling;
     while Instant::now() < deadline {
         guard();
@@ -115,6 +117,7 @@ async fn poll_for(channel: &dyn Channel, id: &str, ceiling: Duration, mut guard:
 
 /// Receives on `channel` until `window` has passed; any arrival fails the test.
 async fn assert_empty(channel: &dyn Channel, window: Duration, what: &str) {
+    let _step = step(|| format!("{} to stay empty for {window:?}", channel.name()));
     let deadline = Instant::now() + window;
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
@@ -163,12 +166,15 @@ impl Cell {
     }
 
     pub async fn send(&self, message: &Message) {
+        let _step = step(|| format!("sending {} to {}", message.id(), self.parts.publish_topic));
         if let Err(error) = self.parts.producer.send(message).await {
             panic!("sending {} failed: {error}", message.id());
         }
     }
 
     pub async fn send_with_delay(&self, message: &Message, delay: Duration) {
+        let _step =
+            step(|| format!("sending {} with a delay of {delay:?} to {}", message.id(), self.parts.publish_topic));
         if let Err(error) = self.parts.producer.send_with_delay(message, delay).await {
             panic!("sending {} with a delay of {delay:?} failed: {error}", message.id());
         }
@@ -196,6 +202,7 @@ impl Cell {
         let copy = poll_for(destination, id, REJECTION_CEILING, guard)
             .await
             .unwrap_or_else(|| panic!("no copy of {id} reached {} within {REJECTION_CEILING:?}", destination.name()));
+        let _step = step(|| format!("acknowledging the copy of {id} on {}", destination.name()));
         destination.acknowledge(&copy).await.expect("acknowledging the rejected copy");
         copy
     }
@@ -223,10 +230,13 @@ impl Cell {
         let first = poll_for(destination, id, REJECTION_CEILING, || {})
             .await
             .unwrap_or_else(|| panic!("no copy of {id} reached {} within {REJECTION_CEILING:?}", destination.name()));
+        let releasing = step(|| format!("releasing the copy of {id} on {}", destination.name()));
         destination.nack(&first).await.expect("releasing the rejected copy");
+        drop(releasing);
         let again = poll_for(destination, id, at_once, || {}).await.unwrap_or_else(|| {
             panic!("the released copy of {id} did not come back to {} within {at_once:?}", destination.name())
         });
+        let _step = step(|| format!("acknowledging the copy of {id} on {}", destination.name()));
         destination.acknowledge(&again).await.expect("acknowledging the rejected copy");
         [first, again]
     }
@@ -258,6 +268,7 @@ impl Cell {
     }
 
     pub async fn finish(self) {
+        let _step = step(|| format!("the teardown of the cell on {}", self.parts.channel.name()));
         if let Some(teardown) = &self.parts.teardown {
             teardown.teardown().await;
         }

@@ -6,6 +6,7 @@
 pub mod assertion;
 pub mod broker;
 pub mod builder;
+pub mod ceiling;
 pub mod cell;
 #[cfg(feature = "containers")]
 pub mod containers;
@@ -25,6 +26,7 @@ pub mod sqs;
 use async_trait::async_trait;
 
 pub use assertion::MessageAssertion;
+pub use ceiling::{within_ceiling, within_ceiling_async};
 pub use cell::{
     BlockingCell, Cell, CellParts, CellSpec, Teardown, Variant, ARRIVAL_CEILING, POLL_INTERVAL, REJECTION_CEILING,
 };

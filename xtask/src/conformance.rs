@@ -16,6 +16,10 @@ use crate::libtest::{self, TestResult};
 use crate::root;
 use crate::selection::{self, Selection};
 
+/// How a test binary learns its per-cell ceiling (`providers::ceiling::VARIABLE`; xtask does not
+/// link the providers crate).
+const CELL_TIMEOUT_VARIABLE: &str = "CONFORMANCE_CELL_TIMEOUT";
+
 #[derive(clap::Args)]
 pub struct Args {
     /// A transport to run (repeatable), or `all`. Default: memory, or the transports of the
@@ -34,8 +38,13 @@ pub struct Args {
     variants: Vec<String>,
     /// Stop a transport's test binary that runs longer than this, naming the cells still
     /// running; the ledger is left untouched
-    #[arg(long, value_name = "SECONDS", default_value_t = 1200)]
+    #[arg(long, value_name = "SECONDS", default_value_t = 1200, value_parser = clap::value_parser!(u64).range(1..))]
     binary_timeout: u64,
+    /// Fail a cell that runs longer than this with "timed out after N s waiting for <the harness
+    /// step it was in>" (set-up and teardown included); the other cells go on. Passed to the test
+    /// binaries as CONFORMANCE_CELL_TIMEOUT
+    #[arg(long, value_name = "SECONDS", default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..))]
+    cell_timeout: u64,
     /// Run the selected tests N times and print each cell's pass rate (no reruns, no ledger
     /// change): a stability check before a cell is trusted
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
@@ -191,12 +200,23 @@ pub(crate) struct BinaryCall<'a> {
     pub executable: &'a Path,
     /// libtest filters (a test runs when any matches); empty runs every test.
     pub filters: Vec<String>,
-    /// The binary is killed after this long, and the run fails naming the tests still running.
-    pub limit: Duration,
+    pub limits: Limits,
 }
 
-/// The default ceiling of a binary run, for callers with no flag for it (the mutation run).
-pub(crate) const DEFAULT_BINARY_LIMIT: Duration = Duration::from_secs(1200);
+/// The time limits of a run.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Limits {
+    /// The binary is killed after this long, and the run fails naming the tests still running.
+    pub binary: Duration,
+    /// A cell fails after this long (providers::ceiling, told through its variable).
+    pub cell: Duration,
+}
+
+impl Limits {
+    /// The defaults of `--binary-timeout` and `--cell-timeout`, for callers with no flags for
+    /// them (the mutation run).
+    pub(crate) const DEFAULT: Limits = Limits { binary: Duration::from_secs(1200), cell: Duration::from_secs(300) };
+}
 
 /// Runs one transport's test binary, every selected cell at once.
 pub(crate) fn run_binary(call: &BinaryCall, done: &mut usize, total: usize) -> Result<BinaryOutcome> {
@@ -208,11 +228,12 @@ pub(crate) fn run_binary(call: &BinaryCall, done: &mut usize, total: usize) -> R
         .args(["--include-ignored", "--test-threads", &tests.len().clamp(1, 64).to_string()])
         .args(&call.filters)
         .env(Brokers::VARIABLE, brokers.name())
+        .env(CELL_TIMEOUT_VARIABLE, call.limits.cell.as_secs().to_string())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .with_context(|| format!("cannot start {}", executable.display()))?;
-    let watchdog = Watchdog::start(child.id(), call.limit);
+    let watchdog = Watchdog::start(child.id(), call.limits.binary);
     // The binary's stderr is passed through; a line in which providers::source stops it for its
     // broker (`error: <transport> broker: …`) voids the run even if libtest's summary got out.
     let broker_stopped = {
@@ -252,7 +273,7 @@ pub(crate) fn run_binary(call: &BinaryCall, done: &mut usize, total: usize) -> R
         bail!(
             "the {transport} conformance binary timed out after {} s (--binary-timeout) and was stopped; \
              still running: {}; the ledger is left untouched",
-            call.limit.as_secs(),
+            call.limits.binary.as_secs(),
             running.join(", ")
         );
     }
@@ -415,13 +436,14 @@ pub fn run(args: &Args) -> Result<()> {
         let executable = build_test_binary(transport, feature, args.brokers)?;
         binaries.push((*transport, executable, selection.filters(&manifest, transport)));
     }
-    let limit = Duration::from_secs(args.binary_timeout);
+    let limits =
+        Limits { binary: Duration::from_secs(args.binary_timeout), cell: Duration::from_secs(args.cell_timeout) };
     // What the cells are about to exercise: evidence is tied to these sources.
     let digest = ledger::source_digest(&root)?;
     if args.repeat > 1 {
-        return repeat(&root, args, &binaries, &selection, &modules, limit, &ledger);
+        return repeat(&root, args, &binaries, &selection, &modules, limits, &ledger);
     }
-    let runs = run_all(&root, args.brokers, &binaries, &selection, &modules, limit, Some(&ledger))?;
+    let runs = run_all(&root, args.brokers, &binaries, &selection, &modules, limits, Some(&ledger))?;
     // Every binary completed: only now may the ledger change.
     let mut results = Vec::new();
     let mut timings: BTreeMap<CellId, Duration> = BTreeMap::new();
@@ -501,14 +523,14 @@ fn run_all(
     binaries: &[Built],
     selection: &Selection,
     modules: &BTreeMap<String, &str>,
-    limit: Duration,
+    limits: Limits,
     ledger: Option<&Ledger>,
 ) -> Result<Vec<BinaryRun>> {
     let total: usize = binaries.iter().map(|(_, exe, filters)| list_tests(exe, filters).map_or(0, |t| t.len())).sum();
     let (mut done, mut runs) = (0, Vec::new());
     for (transport, executable, filters) in binaries {
         let call =
-            |filters: Vec<String>| BinaryCall { workspace: root, transport, brokers, executable, filters, limit };
+            |filters: Vec<String>| BinaryCall { workspace: root, transport, brokers, executable, filters, limits };
         let BinaryOutcome { mut finished, mut failures, wall, broker } =
             run_binary(&call(filters.clone()), &mut done, total)?;
         let missing: Vec<String> = selection
@@ -568,13 +590,13 @@ fn repeat(
     binaries: &[Built],
     selection: &Selection,
     modules: &BTreeMap<String, &str>,
-    limit: Duration,
+    limits: Limits,
     ledger: &Ledger,
 ) -> Result<()> {
     let mut passes: BTreeMap<(CellId, String), (u32, u32)> = BTreeMap::new();
     for round in 1..=args.repeat {
         eprintln!("round {round} of {}", args.repeat);
-        for run in run_all(root, args.brokers, binaries, selection, modules, limit, None)? {
+        for run in run_all(root, args.brokers, binaries, selection, modules, limits, None)? {
             for test in &run.finished {
                 let Some((module, variant, number)) = libtest::cell_of(&test.name) else { continue };
                 let Some(configuration) = modules.get(module) else { continue };

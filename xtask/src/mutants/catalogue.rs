@@ -30,6 +30,10 @@ pub struct Mutant {
     /// Transport or configuration -> why the defect cannot be caught there.
     #[serde(default)]
     pub survives: BTreeMap<String, String>,
+    /// The per-cell ceiling in seconds while this mutant runs, for a defect that hangs: the
+    /// default (300 s) would only make its run slow.
+    #[serde(default)]
+    pub cell_timeout: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -52,6 +56,15 @@ pub enum Expectation {
 }
 
 impl Mutant {
+    /// The time limits of this mutant's run.
+    pub fn limits(&self) -> crate::conformance::Limits {
+        let mut limits = crate::conformance::Limits::DEFAULT;
+        if let Some(seconds) = self.cell_timeout {
+            limits.cell = std::time::Duration::from_secs(seconds);
+        }
+        limits
+    }
+
     /// The expectation for `configuration` of `transport`; a configuration key wins.
     pub fn expectation(&self, transport: &str, configuration: &str) -> Expectation {
         if let Some(reason) = self.survives.get(configuration) {
@@ -115,6 +128,9 @@ impl Catalogue {
         for mutant in &self.mutants {
             if !ids.insert(&mutant.id) {
                 bail!("{CATALOGUE}: mutant {} appears twice", mutant.id);
+            }
+            if mutant.cell_timeout == Some(0) {
+                bail!("{CATALOGUE}: mutant {}: cell_timeout 0; valid: a whole number of seconds above 0", mutant.id);
             }
             for place in mutant.kills.keys().chain(mutant.survives.keys()) {
                 if !places.contains(place.as_str()) {

@@ -78,6 +78,7 @@ fn measure(
     manifest: &Manifest,
     brokers: Brokers,
     label: &str,
+    limits: conformance::Limits,
 ) -> Result<CellPasses> {
     eprintln!(
         "mutants: {label}: building {}",
@@ -98,7 +99,7 @@ fn measure(
             brokers,
             executable,
             filters: Vec::new(),
-            limit: conformance::DEFAULT_BINARY_LIMIT,
+            limits,
         };
         let conformance::BinaryOutcome { finished, wall, .. } = conformance::run_binary(&call, &mut 0, total)
             .with_context(|| format!("{label}: the {} cells did not complete", transport.name))?;
@@ -164,7 +165,7 @@ pub fn run(args: &Args) -> Result<()> {
 
     let names: Vec<&str> = chosen.iter().map(|t| t.name.as_str()).collect();
     let mut scratch = Scratch::sync(&root, &names)?;
-    let healthy = measure(&scratch, &chosen, &manifest, args.brokers, "healthy")?;
+    let healthy = measure(&scratch, &chosen, &manifest, args.brokers, "healthy", conformance::Limits::DEFAULT)?;
     let commit = conformance::git_commit();
     let results_path = root.join(matrix::RESULTS);
     let mut results = matrix::load(&results_path)?;
@@ -181,7 +182,7 @@ pub fn run(args: &Args) -> Result<()> {
         }
         let mutant_started = Instant::now();
         scratch.apply(&mutant.patched(&root)?)?;
-        let passes = measure(&scratch, &touched, &manifest, args.brokers, &mutant.id)?;
+        let passes = measure(&scratch, &touched, &manifest, args.brokers, &mutant.id, mutant.limits())?;
         for transport in &touched {
             for configuration in &transport.configurations {
                 let was_green = |n: &u32| healthy.get(&(configuration.clone(), *n)) == Some(&true);

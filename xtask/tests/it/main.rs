@@ -140,6 +140,24 @@ fn a_binary_over_its_time_limit_is_stopped_naming_the_cells_and_the_ledger_is_un
     assert_eq!(ledger_files(ledger.path()), before, "the ledger is left untouched");
 }
 
+#[test]
+fn a_cell_over_its_time_limit_fails_naming_what_it_waited_for_and_keeps_its_status() {
+    // FR-2 waits out a 3 s requeue delay, so a 1 s ceiling stops it while it polls: the same
+    // path a hung broker call takes (the mutation catalogue's acknowledge-hangs proves that one).
+    let ledger = scratch_ledger();
+    let before = std::fs::read(ledger.path().join("cells.tsv")).unwrap();
+    let output = conformance_with(
+        ledger.path(),
+        &["--configuration", "memory", "--behaviour", "FR-2", "--variant", "reactor", "--cell-timeout", "1"],
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(stderr.contains("timed out after 1 s waiting for "), "the failure names the ceiling: {stderr}");
+    assert!(stderr.contains("to arrive on memory-fr-2-reactor-"), "and what the cell waited for: {stderr}");
+    assert!(stderr.contains("regression: memory/FR-2 was Pass and now fails"), "{stderr}");
+    assert_eq!(std::fs::read(ledger.path().join("cells.tsv")).unwrap(), before, "one variant changes no status");
+}
+
 /// A conformance run of the gcp cells against a scratch ledger, with `environment` set.
 fn gcp_run(ledger: &Path, brokers: &str, environment: &[(&str, &str)]) -> Output {
     let mut command = Command::new(env!("CARGO_BIN_EXE_xtask"));

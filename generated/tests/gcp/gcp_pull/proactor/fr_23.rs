@@ -5,54 +5,58 @@
 
 use providers::{CellSpec, Provider, Variant};
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn always_deferring_handler_is_dead_lettered_within_the_budget() {
-    use gateway::pump::{Proactor, TextMapper};
-    use gateway::rejection::keys;
-    use gateway::BagValue;
-    use providers::AlwaysDefers;
-    const R: i32 = 3;
-    // This configuration's bounds (templates/manifest.yaml): lease 10000 ms, counter exact.
-    #[allow(unused)]
-    const AT_ONCE: std::time::Duration = std::time::Duration::from_millis(1840);
-    #[allow(unused)]
-    const SETTLE: std::time::Duration = std::time::Duration::from_millis(11840);
+// The body runs under the per-cell ceiling (providers::ceiling) on a two-worker tokio runtime.
+#[test]
+fn always_deferring_handler_is_dead_lettered_within_the_budget() {
+    providers::within_ceiling_async(|| async {
+        use gateway::pump::{Proactor, TextMapper};
+        use gateway::rejection::keys;
+        use gateway::BagValue;
+        use providers::AlwaysDefers;
+        const R: i32 = 3;
+        // This configuration's bounds (templates/manifest.yaml): lease 10000 ms, counter exact.
+        #[allow(unused)]
+        const AT_ONCE: std::time::Duration = std::time::Duration::from_millis(1840);
+        #[allow(unused)]
+        const SETTLE: std::time::Duration = std::time::Duration::from_millis(11840);
 
-    let cell =
-        providers::gcp_pull().cell(CellSpec::new("FR-23", Variant::Proactor).with_dead_letter().with_budget(R)).await;
-    let sent = cell.message();
-    cell.send(&sent).await;
-    let handler = AlwaysDefers::default();
-    let pump = Proactor::new(cell.channel(), cell.subscription().clone(), TextMapper, handler.clone()).start();
-    // A handler that always defers is rejected with DeliveryError after exactly R dispatches (an exact or
-    // republished counter fires on delivery R); fail as soon as it is dispatched more often.
-    let copy = cell
-        .dead_letter_copy_while(sent.id(), || {
-            let dispatches = handler.dispatches(sent.id());
-            assert!(
-                dispatches <= R as u32,
-                "dispatched {dispatches} times; a budget of R = {R} rejects by dispatch {R}"
-            );
-        })
-        .await;
-    let dispatches = handler.dispatches(sent.id());
+        let cell = providers::gcp_pull()
+            .cell(CellSpec::new("FR-23", Variant::Proactor).with_dead_letter().with_budget(R))
+            .await;
+        let sent = cell.message();
+        cell.send(&sent).await;
+        let handler = AlwaysDefers::default();
+        let pump = Proactor::new(cell.channel(), cell.subscription().clone(), TextMapper, handler.clone()).start();
+        // A handler that always defers is rejected with DeliveryError after exactly R dispatches (an exact or
+        // republished counter fires on delivery R); fail as soon as it is dispatched more often.
+        let copy = cell
+            .dead_letter_copy_while(sent.id(), || {
+                let dispatches = handler.dispatches(sent.id());
+                assert!(
+                    dispatches <= R as u32,
+                    "dispatched {dispatches} times; a budget of R = {R} rejects by dispatch {R}"
+                );
+            })
+            .await;
+        let dispatches = handler.dispatches(sent.id());
 
-    assert_eq!(
-        dispatches, R as u32,
-        "dispatched {dispatches} times; the budget fires on delivery R = {R} (counter: exact)"
-    );
-    assert_eq!(copy.header.handled_count, R as u32, "the dead-letter copy is stamped R = {R}");
+        assert_eq!(
+            dispatches, R as u32,
+            "dispatched {dispatches} times; the budget fires on delivery R = {R} (counter: exact)"
+        );
+        assert_eq!(copy.header.handled_count, R as u32, "the dead-letter copy is stamped R = {R}");
 
-    assert_eq!(copy.header.bag.get(keys::REJECTION_REASON), Some(&BagValue::from("DeliveryError")));
-    for key in keys::ALL {
-        assert!(copy.header.bag.contains_key(key), "the dead-letter copy lacks {key}");
-    }
-    // Exactly one copy is routed.
-    cell.assert_dead_letter_empty(AT_ONCE).await;
+        assert_eq!(copy.header.bag.get(keys::REJECTION_REASON), Some(&BagValue::from("DeliveryError")));
+        for key in keys::ALL {
+            assert!(copy.header.bag.contains_key(key), "the dead-letter copy lacks {key}");
+        }
+        // Exactly one copy is routed.
+        cell.assert_dead_letter_empty(AT_ONCE).await;
 
-    let stats = pump.stop().await.expect("the pump stops within its limit");
-    assert_eq!(stats.rejected, 1, "the pump rejected one message: {stats:?}");
-    // The source is settled: nothing comes back past the lease.
-    cell.assert_source_empty(SETTLE).await;
-    cell.finish().await;
+        let stats = pump.stop().await.expect("the pump stops within its limit");
+        assert_eq!(stats.rejected, 1, "the pump rejected one message: {stats:?}");
+        // The source is settled: nothing comes back past the lease.
+        cell.assert_source_empty(SETTLE).await;
+        cell.finish().await;
+    })
 }

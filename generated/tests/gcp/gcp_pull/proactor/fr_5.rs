@@ -5,44 +5,47 @@
 
 use providers::{CellSpec, Provider, Variant};
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn reject_as_unacceptable_routes_to_the_invalid_message_channel() {
-    use gateway::rejection::keys;
-    use gateway::{BagValue, Rejection};
-    // This configuration's bounds (templates/manifest.yaml): lease 10000 ms, counter exact.
-    #[allow(unused)]
-    const AT_ONCE: std::time::Duration = std::time::Duration::from_millis(1840);
-    #[allow(unused)]
-    const SETTLE: std::time::Duration = std::time::Duration::from_millis(11840);
+// The body runs under the per-cell ceiling (providers::ceiling) on a two-worker tokio runtime.
+#[test]
+fn reject_as_unacceptable_routes_to_the_invalid_message_channel() {
+    providers::within_ceiling_async(|| async {
+        use gateway::rejection::keys;
+        use gateway::{BagValue, Rejection};
+        // This configuration's bounds (templates/manifest.yaml): lease 10000 ms, counter exact.
+        #[allow(unused)]
+        const AT_ONCE: std::time::Duration = std::time::Duration::from_millis(1840);
+        #[allow(unused)]
+        const SETTLE: std::time::Duration = std::time::Duration::from_millis(11840);
 
-    let cell = providers::gcp_pull()
-        .cell(CellSpec::new("FR-5", Variant::Proactor).with_dead_letter().with_invalid_channel())
-        .await;
-    let sent = cell.message();
-    cell.send(&sent).await;
-    let received = cell.receive(sent.id()).await;
-    cell.assert_first_delivery(&sent, &received);
+        let cell = providers::gcp_pull()
+            .cell(CellSpec::new("FR-5", Variant::Proactor).with_dead_letter().with_invalid_channel())
+            .await;
+        let sent = cell.message();
+        cell.send(&sent).await;
+        let received = cell.receive(sent.id()).await;
+        cell.assert_first_delivery(&sent, &received);
 
-    // As a pump would after one deferral: the copy must keep this count, not present its
-    // destination's own counter.
-    let mut handled = received.clone();
-    handled.header.handled_count = 1;
-    let routed = cell
-        .channel()
-        .reject(&handled, Some(&Rejection::unacceptable("FR-5: cannot be handled")))
-        .await
-        .expect("reject");
-    assert!(routed, "the rejection of {} was not routed", sent.id());
-    let copy = cell.invalid_copy(sent.id()).await;
-    assert_eq!(copy.header.bag.get(keys::REJECTION_REASON), Some(&BagValue::from("Unacceptable")));
-    assert_eq!(copy.header.bag.get(keys::REJECTION_MESSAGE), Some(&BagValue::from("FR-5: cannot be handled")));
-    for key in [keys::ORIGINAL_TOPIC, keys::ORIGINAL_MESSAGE_TYPE, keys::REJECTION_TIMESTAMP] {
-        assert!(copy.header.bag.contains_key(key), "the routed copy lacks {key}");
-    }
-    assert_eq!(copy.header.handled_count, 1, "the routed copy keeps the handled count it was rejected with");
-    assert_eq!(copy.body, sent.body, "the routed copy carries the body");
-    // Exactly one copy is routed, and the source is settled: nothing comes back past its lease.
-    cell.assert_invalid_empty(AT_ONCE).await;
-    cell.assert_source_empty(SETTLE).await;
-    cell.finish().await;
+        // As a pump would after one deferral: the copy must keep this count, not present its
+        // destination's own counter.
+        let mut handled = received.clone();
+        handled.header.handled_count = 1;
+        let routed = cell
+            .channel()
+            .reject(&handled, Some(&Rejection::unacceptable("FR-5: cannot be handled")))
+            .await
+            .expect("reject");
+        assert!(routed, "the rejection of {} was not routed", sent.id());
+        let copy = cell.invalid_copy(sent.id()).await;
+        assert_eq!(copy.header.bag.get(keys::REJECTION_REASON), Some(&BagValue::from("Unacceptable")));
+        assert_eq!(copy.header.bag.get(keys::REJECTION_MESSAGE), Some(&BagValue::from("FR-5: cannot be handled")));
+        for key in [keys::ORIGINAL_TOPIC, keys::ORIGINAL_MESSAGE_TYPE, keys::REJECTION_TIMESTAMP] {
+            assert!(copy.header.bag.contains_key(key), "the routed copy lacks {key}");
+        }
+        assert_eq!(copy.header.handled_count, 1, "the routed copy keeps the handled count it was rejected with");
+        assert_eq!(copy.body, sent.body, "the routed copy carries the body");
+        // Exactly one copy is routed, and the source is settled: nothing comes back past its lease.
+        cell.assert_invalid_empty(AT_ONCE).await;
+        cell.assert_source_empty(SETTLE).await;
+        cell.finish().await;
+    })
 }

@@ -5,26 +5,29 @@
 
 use providers::{CellSpec, Provider, Variant};
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+// The body runs under the per-cell ceiling (providers::ceiling) on a two-worker tokio runtime.
+#[test]
 #[ignore = "Deferred (#5: Pub/Sub has no per-message delivery delay (Publish API); the producer refuses the send with that reason)"]
-async fn send_with_delay_delivers_not_before_the_delay() {
-    use std::time::{Duration, Instant};
-    const DELAY: Duration = Duration::from_secs(2);
-    // This configuration's bounds (templates/manifest.yaml): lease 10000 ms, counter exact.
-    #[allow(unused)]
-    const AT_ONCE: std::time::Duration = std::time::Duration::from_millis(1840);
-    #[allow(unused)]
-    const SETTLE: std::time::Duration = std::time::Duration::from_millis(11840);
+fn send_with_delay_delivers_not_before_the_delay() {
+    providers::within_ceiling_async(|| async {
+        use std::time::{Duration, Instant};
+        const DELAY: Duration = Duration::from_secs(2);
+        // This configuration's bounds (templates/manifest.yaml): lease 10000 ms, counter exact.
+        #[allow(unused)]
+        const AT_ONCE: std::time::Duration = std::time::Duration::from_millis(1840);
+        #[allow(unused)]
+        const SETTLE: std::time::Duration = std::time::Duration::from_millis(11840);
 
-    let cell = providers::gcp_pull().cell(CellSpec::new("FR-9", Variant::Proactor)).await;
-    let sent = cell.message();
-    let sent_at = Instant::now();
-    cell.send_with_delay(&sent, DELAY).await;
-    let received = cell.receive(sent.id()).await;
-    let waited = sent_at.elapsed();
-    assert!(waited >= DELAY, "delivered after {waited:?}, before the send delay of {DELAY:?}");
-    cell.assert_first_delivery(&sent, &received);
-    cell.channel().acknowledge(&received).await.expect("acknowledge");
-    cell.assert_source_empty(SETTLE).await;
-    cell.finish().await;
+        let cell = providers::gcp_pull().cell(CellSpec::new("FR-9", Variant::Proactor)).await;
+        let sent = cell.message();
+        let sent_at = Instant::now();
+        cell.send_with_delay(&sent, DELAY).await;
+        let received = cell.receive(sent.id()).await;
+        let waited = sent_at.elapsed();
+        assert!(waited >= DELAY, "delivered after {waited:?}, before the send delay of {DELAY:?}");
+        cell.assert_first_delivery(&sent, &received);
+        cell.channel().acknowledge(&received).await.expect("acknowledge");
+        cell.assert_source_empty(SETTLE).await;
+        cell.finish().await;
+    })
 }

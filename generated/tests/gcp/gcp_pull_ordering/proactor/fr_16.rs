@@ -5,45 +5,51 @@
 
 use providers::{CellSpec, Provider, Variant};
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn nack_redelivers() {
-    // This configuration's bounds (templates/manifest.yaml): lease 10000 ms, counter exact.
-    #[allow(unused)]
-    const AT_ONCE: std::time::Duration = std::time::Duration::from_millis(1840);
-    #[allow(unused)]
-    const SETTLE: std::time::Duration = std::time::Duration::from_millis(11840);
+// The body runs under the per-cell ceiling (providers::ceiling) on a two-worker tokio runtime.
+#[test]
+fn nack_redelivers() {
+    providers::within_ceiling_async(|| async {
+        // This configuration's bounds (templates/manifest.yaml): lease 10000 ms, counter exact.
+        #[allow(unused)]
+        const AT_ONCE: std::time::Duration = std::time::Duration::from_millis(1840);
+        #[allow(unused)]
+        const SETTLE: std::time::Duration = std::time::Duration::from_millis(11840);
 
-    let cell = providers::gcp_pull_ordering().cell(CellSpec::new("FR-16", Variant::Proactor)).await;
-    let sent = cell.message();
-    cell.send(&sent).await;
-    let received = cell.receive(sent.id()).await;
-    cell.assert_first_delivery(&sent, &received);
+        let cell = providers::gcp_pull_ordering().cell(CellSpec::new("FR-16", Variant::Proactor)).await;
+        let sent = cell.message();
+        cell.send(&sent).await;
+        let received = cell.receive(sent.id()).await;
+        cell.assert_first_delivery(&sent, &received);
 
-    // A pump nacks without counting (don't-ack): the channel is given the count it presented.
-    let given = received.header.handled_count;
-    cell.channel().nack(&received).await.expect("nack");
-    // "At once" is before the lease could have lapsed: a release that does nothing at the broker
-    // would only come back after it.
-    let mut redelivered = cell.receive_within(sent.id(), AT_ONCE).await.unwrap_or_else(|| {
-        panic!("{} was not redelivered within {AT_ONCE:?} of the release, before its 10000 ms lease lapsed", sent.id())
-    });
+        // A pump nacks without counting (don't-ack): the channel is given the count it presented.
+        let given = received.header.handled_count;
+        cell.channel().nack(&received).await.expect("nack");
+        // "At once" is before the lease could have lapsed: a release that does nothing at the broker
+        // would only come back after it.
+        let mut redelivered = cell.receive_within(sent.id(), AT_ONCE).await.unwrap_or_else(|| {
+            panic!(
+                "{} was not redelivered within {AT_ONCE:?} of the release, before its 10000 ms lease lapsed",
+                sent.id()
+            )
+        });
 
-    // The relaxed oracle of ADR 0077 (R-1 vs R-23): a redelivery may present a larger handled
-    // count than was sent; equalise it, then the message must otherwise be the one sent.
-    assert!(
-        redelivered.header.handled_count >= sent.header.handled_count,
-        "redelivered handled count {} is below the sent {}",
-        redelivered.header.handled_count,
-        sent.header.handled_count
-    );
+        // The relaxed oracle of ADR 0077 (R-1 vs R-23): a redelivery may present a larger handled
+        // count than was sent; equalise it, then the message must otherwise be the one sent.
+        assert!(
+            redelivered.header.handled_count >= sent.header.handled_count,
+            "redelivered handled count {} is below the sent {}",
+            redelivered.header.handled_count,
+            sent.header.handled_count
+        );
 
-    // An exact broker counter presents the second delivery as 1, whatever the channel was given.
-    let _ = given;
-    assert_eq!(redelivered.header.handled_count, 1, "the second delivery on an exactly counting broker presents 1");
+        // An exact broker counter presents the second delivery as 1, whatever the channel was given.
+        let _ = given;
+        assert_eq!(redelivered.header.handled_count, 1, "the second delivery on an exactly counting broker presents 1");
 
-    redelivered.header.handled_count = sent.header.handled_count;
-    cell.assert_same(&sent, &redelivered);
-    cell.channel().acknowledge(&redelivered).await.expect("acknowledge");
-    cell.assert_source_empty(SETTLE).await;
-    cell.finish().await;
+        redelivered.header.handled_count = sent.header.handled_count;
+        cell.assert_same(&sent, &redelivered);
+        cell.channel().acknowledge(&redelivered).await.expect("acknowledge");
+        cell.assert_source_empty(SETTLE).await;
+        cell.finish().await;
+    })
 }

@@ -5,55 +5,58 @@
 
 use providers::{CellSpec, Provider, Variant};
 
+// The body runs under the per-cell ceiling (providers::ceiling) on a thread of its own.
 #[test]
 fn requeue_with_delay_redelivers_not_before_the_delay() {
-    use std::time::{Duration, Instant};
-    // This configuration's bounds (templates/manifest.yaml): lease 10000 ms, counter exact.
-    #[allow(unused)]
-    const AT_ONCE: std::time::Duration = std::time::Duration::from_millis(1900);
-    #[allow(unused)]
-    const SETTLE: std::time::Duration = std::time::Duration::from_millis(21900);
+    providers::within_ceiling(|| {
+        use std::time::{Duration, Instant};
+        // This configuration's bounds (templates/manifest.yaml): lease 10000 ms, counter exact.
+        #[allow(unused)]
+        const AT_ONCE: std::time::Duration = std::time::Duration::from_millis(1900);
+        #[allow(unused)]
+        const SETTLE: std::time::Duration = std::time::Duration::from_millis(21900);
 
-    const DELAY: Duration = Duration::from_millis(3000);
-    let cell = providers::gcp_stream().blocking_cell(CellSpec::new("FR-2", Variant::Reactor));
-    let sent = cell.message();
-    cell.send(&sent);
-    let received = cell.receive(sent.id());
-    cell.assert_first_delivery(&sent, &received);
+        const DELAY: Duration = Duration::from_millis(3000);
+        let cell = providers::gcp_stream().blocking_cell(CellSpec::new("FR-2", Variant::Reactor));
+        let sent = cell.message();
+        cell.send(&sent);
+        let received = cell.receive(sent.id());
+        cell.assert_first_delivery(&sent, &received);
 
-    // As a pump defers: the handled count grows by one before the requeue.
-    let mut deferred = received.clone();
-    deferred.header.handled_count += 1;
-    let given = deferred.header.handled_count;
+        // As a pump defers: the handled count grows by one before the requeue.
+        let mut deferred = received.clone();
+        deferred.header.handled_count += 1;
+        let given = deferred.header.handled_count;
 
-    let requeued_at = Instant::now();
-    cell.channel().requeue(&deferred, DELAY).expect("requeue");
-    // Not before the delay, and within it plus "at once": before the lease could have lapsed.
-    let mut redelivered = cell.receive_within(sent.id(), DELAY + AT_ONCE).unwrap_or_else(|| {
-        panic!(
-            "{} was not redelivered within {:?} of a {DELAY:?} requeue, before its 10000 ms lease lapsed",
-            sent.id(),
-            DELAY + AT_ONCE
-        )
-    });
-    let waited = requeued_at.elapsed();
-    assert!(waited >= DELAY, "redelivered after {waited:?}, before the requeue delay of {DELAY:?}");
-    // The relaxed oracle of ADR 0077 (R-1 vs R-23): a redelivery may present a larger handled
-    // count than was sent; equalise it, then the message must otherwise be the one sent.
-    assert!(
-        redelivered.header.handled_count >= sent.header.handled_count,
-        "redelivered handled count {} is below the sent {}",
-        redelivered.header.handled_count,
-        sent.header.handled_count
-    );
+        let requeued_at = Instant::now();
+        cell.channel().requeue(&deferred, DELAY).expect("requeue");
+        // Not before the delay, and within it plus "at once": before the lease could have lapsed.
+        let mut redelivered = cell.receive_within(sent.id(), DELAY + AT_ONCE).unwrap_or_else(|| {
+            panic!(
+                "{} was not redelivered within {:?} of a {DELAY:?} requeue, before its 10000 ms lease lapsed",
+                sent.id(),
+                DELAY + AT_ONCE
+            )
+        });
+        let waited = requeued_at.elapsed();
+        assert!(waited >= DELAY, "redelivered after {waited:?}, before the requeue delay of {DELAY:?}");
+        // The relaxed oracle of ADR 0077 (R-1 vs R-23): a redelivery may present a larger handled
+        // count than was sent; equalise it, then the message must otherwise be the one sent.
+        assert!(
+            redelivered.header.handled_count >= sent.header.handled_count,
+            "redelivered handled count {} is below the sent {}",
+            redelivered.header.handled_count,
+            sent.header.handled_count
+        );
 
-    // An exact broker counter presents the second delivery as 1, whatever the channel was given.
-    let _ = given;
-    assert_eq!(redelivered.header.handled_count, 1, "the second delivery on an exactly counting broker presents 1");
+        // An exact broker counter presents the second delivery as 1, whatever the channel was given.
+        let _ = given;
+        assert_eq!(redelivered.header.handled_count, 1, "the second delivery on an exactly counting broker presents 1");
 
-    redelivered.header.handled_count = sent.header.handled_count;
-    cell.assert_same(&sent, &redelivered);
-    cell.channel().acknowledge(&redelivered).expect("acknowledge");
-    cell.assert_source_empty(SETTLE);
-    cell.finish();
+        redelivered.header.handled_count = sent.header.handled_count;
+        cell.assert_same(&sent, &redelivered);
+        cell.channel().acknowledge(&redelivered).expect("acknowledge");
+        cell.assert_source_empty(SETTLE);
+        cell.finish();
+    })
 }

@@ -5,40 +5,43 @@
 
 use providers::{CellSpec, Provider, Variant};
 
+// The body runs under the per-cell ceiling (providers::ceiling) on a thread of its own.
 #[test]
 fn reject_as_unacceptable_routes_to_the_invalid_message_channel() {
-    use gateway::rejection::keys;
-    use gateway::{BagValue, Rejection};
-    // This configuration's bounds (templates/manifest.yaml): lease 10000 ms, counter exact.
-    #[allow(unused)]
-    const AT_ONCE: std::time::Duration = std::time::Duration::from_millis(1900);
-    #[allow(unused)]
-    const SETTLE: std::time::Duration = std::time::Duration::from_millis(21900);
+    providers::within_ceiling(|| {
+        use gateway::rejection::keys;
+        use gateway::{BagValue, Rejection};
+        // This configuration's bounds (templates/manifest.yaml): lease 10000 ms, counter exact.
+        #[allow(unused)]
+        const AT_ONCE: std::time::Duration = std::time::Duration::from_millis(1900);
+        #[allow(unused)]
+        const SETTLE: std::time::Duration = std::time::Duration::from_millis(21900);
 
-    let cell = providers::gcp_stream()
-        .blocking_cell(CellSpec::new("FR-5", Variant::Reactor).with_dead_letter().with_invalid_channel());
-    let sent = cell.message();
-    cell.send(&sent);
-    let received = cell.receive(sent.id());
-    cell.assert_first_delivery(&sent, &received);
+        let cell = providers::gcp_stream()
+            .blocking_cell(CellSpec::new("FR-5", Variant::Reactor).with_dead_letter().with_invalid_channel());
+        let sent = cell.message();
+        cell.send(&sent);
+        let received = cell.receive(sent.id());
+        cell.assert_first_delivery(&sent, &received);
 
-    // As a pump would after one deferral: the copy must keep this count, not present its
-    // destination's own counter.
-    let mut handled = received.clone();
-    handled.header.handled_count = 1;
-    let routed =
-        cell.channel().reject(&handled, Some(&Rejection::unacceptable("FR-5: cannot be handled"))).expect("reject");
-    assert!(routed, "the rejection of {} was not routed", sent.id());
-    let copy = cell.invalid_copy(sent.id());
-    assert_eq!(copy.header.bag.get(keys::REJECTION_REASON), Some(&BagValue::from("Unacceptable")));
-    assert_eq!(copy.header.bag.get(keys::REJECTION_MESSAGE), Some(&BagValue::from("FR-5: cannot be handled")));
-    for key in [keys::ORIGINAL_TOPIC, keys::ORIGINAL_MESSAGE_TYPE, keys::REJECTION_TIMESTAMP] {
-        assert!(copy.header.bag.contains_key(key), "the routed copy lacks {key}");
-    }
-    assert_eq!(copy.header.handled_count, 1, "the routed copy keeps the handled count it was rejected with");
-    assert_eq!(copy.body, sent.body, "the routed copy carries the body");
-    // Exactly one copy is routed, and the source is settled: nothing comes back past its lease.
-    cell.assert_invalid_empty(AT_ONCE);
-    cell.assert_source_empty(SETTLE);
-    cell.finish();
+        // As a pump would after one deferral: the copy must keep this count, not present its
+        // destination's own counter.
+        let mut handled = received.clone();
+        handled.header.handled_count = 1;
+        let routed =
+            cell.channel().reject(&handled, Some(&Rejection::unacceptable("FR-5: cannot be handled"))).expect("reject");
+        assert!(routed, "the rejection of {} was not routed", sent.id());
+        let copy = cell.invalid_copy(sent.id());
+        assert_eq!(copy.header.bag.get(keys::REJECTION_REASON), Some(&BagValue::from("Unacceptable")));
+        assert_eq!(copy.header.bag.get(keys::REJECTION_MESSAGE), Some(&BagValue::from("FR-5: cannot be handled")));
+        for key in [keys::ORIGINAL_TOPIC, keys::ORIGINAL_MESSAGE_TYPE, keys::REJECTION_TIMESTAMP] {
+            assert!(copy.header.bag.contains_key(key), "the routed copy lacks {key}");
+        }
+        assert_eq!(copy.header.handled_count, 1, "the routed copy keeps the handled count it was rejected with");
+        assert_eq!(copy.body, sent.body, "the routed copy carries the body");
+        // Exactly one copy is routed, and the source is settled: nothing comes back past its lease.
+        cell.assert_invalid_empty(AT_ONCE);
+        cell.assert_source_empty(SETTLE);
+        cell.finish();
+    })
 }

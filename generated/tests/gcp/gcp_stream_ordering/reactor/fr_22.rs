@@ -5,50 +5,56 @@
 
 use providers::{CellSpec, Provider, Variant};
 
+// The body runs under the per-cell ceiling (providers::ceiling) on a thread of its own.
 #[test]
 fn requeue_redelivers() {
-    // This configuration's bounds (templates/manifest.yaml): lease 10000 ms, counter exact.
-    #[allow(unused)]
-    const AT_ONCE: std::time::Duration = std::time::Duration::from_millis(1900);
-    #[allow(unused)]
-    const SETTLE: std::time::Duration = std::time::Duration::from_millis(21900);
+    providers::within_ceiling(|| {
+        // This configuration's bounds (templates/manifest.yaml): lease 10000 ms, counter exact.
+        #[allow(unused)]
+        const AT_ONCE: std::time::Duration = std::time::Duration::from_millis(1900);
+        #[allow(unused)]
+        const SETTLE: std::time::Duration = std::time::Duration::from_millis(21900);
 
-    let cell = providers::gcp_stream_ordering().blocking_cell(CellSpec::new("FR-22", Variant::Reactor));
-    let sent = cell.message();
-    cell.send(&sent);
-    let received = cell.receive(sent.id());
-    cell.assert_first_delivery(&sent, &received);
+        let cell = providers::gcp_stream_ordering().blocking_cell(CellSpec::new("FR-22", Variant::Reactor));
+        let sent = cell.message();
+        cell.send(&sent);
+        let received = cell.receive(sent.id());
+        cell.assert_first_delivery(&sent, &received);
 
-    // As a pump defers: the handled count grows by one before the requeue.
-    let mut deferred = received.clone();
-    deferred.header.handled_count += 1;
-    let given = deferred.header.handled_count;
+        // As a pump defers: the handled count grows by one before the requeue.
+        let mut deferred = received.clone();
+        deferred.header.handled_count += 1;
+        let given = deferred.header.handled_count;
 
-    let delay = cell.subscription().requeue_delay;
-    assert!(delay.is_zero(), "FR-22 runs with the default requeue delay, zero; it was {delay:?}");
-    cell.channel().requeue(&deferred, delay).expect("requeue");
-    // "At once" is before the lease could have lapsed: a release that does nothing at the broker
-    // would only come back after it.
-    let mut redelivered = cell.receive_within(sent.id(), AT_ONCE).unwrap_or_else(|| {
-        panic!("{} was not redelivered within {AT_ONCE:?} of the release, before its 10000 ms lease lapsed", sent.id())
-    });
+        let delay = cell.subscription().requeue_delay;
+        assert!(delay.is_zero(), "FR-22 runs with the default requeue delay, zero; it was {delay:?}");
+        cell.channel().requeue(&deferred, delay).expect("requeue");
+        // "At once" is before the lease could have lapsed: a release that does nothing at the broker
+        // would only come back after it.
+        let mut redelivered = cell.receive_within(sent.id(), AT_ONCE).unwrap_or_else(|| {
+            panic!(
+                "{} was not redelivered within {AT_ONCE:?} of the release, before its 10000 ms lease lapsed",
+                sent.id()
+            )
+        });
 
-    // The relaxed oracle of ADR 0077 (R-1 vs R-23): a redelivery may present a larger handled
-    // count than was sent; equalise it, then the message must otherwise be the one sent.
-    assert!(
-        redelivered.header.handled_count >= sent.header.handled_count,
-        "redelivered handled count {} is below the sent {}",
-        redelivered.header.handled_count,
-        sent.header.handled_count
-    );
+        // The relaxed oracle of ADR 0077 (R-1 vs R-23): a redelivery may present a larger handled
+        // count than was sent; equalise it, then the message must otherwise be the one sent.
+        assert!(
+            redelivered.header.handled_count >= sent.header.handled_count,
+            "redelivered handled count {} is below the sent {}",
+            redelivered.header.handled_count,
+            sent.header.handled_count
+        );
 
-    // An exact broker counter presents the second delivery as 1, whatever the channel was given.
-    let _ = given;
-    assert_eq!(redelivered.header.handled_count, 1, "the second delivery on an exactly counting broker presents 1");
+        // An exact broker counter presents the second delivery as 1, whatever the channel was given.
+        let _ = given;
+        assert_eq!(redelivered.header.handled_count, 1, "the second delivery on an exactly counting broker presents 1");
 
-    redelivered.header.handled_count = sent.header.handled_count;
-    cell.assert_same(&sent, &redelivered);
-    cell.channel().acknowledge(&redelivered).expect("acknowledge");
-    cell.assert_source_empty(SETTLE);
-    cell.finish();
+        redelivered.header.handled_count = sent.header.handled_count;
+        cell.assert_same(&sent, &redelivered);
+        cell.channel().acknowledge(&redelivered).expect("acknowledge");
+        cell.assert_source_empty(SETTLE);
+        cell.finish();
+    })
 }

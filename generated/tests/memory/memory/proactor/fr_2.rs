@@ -5,53 +5,56 @@
 
 use providers::{CellSpec, Provider, Variant};
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn requeue_with_delay_redelivers_not_before_the_delay() {
-    use std::time::{Duration, Instant};
-    // This configuration's bounds (templates/manifest.yaml): lease none (nothing lapses), counter republished.
-    #[allow(unused)]
-    const AT_ONCE: std::time::Duration = std::time::Duration::from_millis(1600);
-    #[allow(unused)]
-    const SETTLE: std::time::Duration = std::time::Duration::from_millis(1600);
+// The body runs under the per-cell ceiling (providers::ceiling) on a two-worker tokio runtime.
+#[test]
+fn requeue_with_delay_redelivers_not_before_the_delay() {
+    providers::within_ceiling_async(|| async {
+        use std::time::{Duration, Instant};
+        // This configuration's bounds (templates/manifest.yaml): lease none (nothing lapses), counter republished.
+        #[allow(unused)]
+        const AT_ONCE: std::time::Duration = std::time::Duration::from_millis(1600);
+        #[allow(unused)]
+        const SETTLE: std::time::Duration = std::time::Duration::from_millis(1600);
 
-    const DELAY: Duration = Duration::from_millis(3000);
-    let cell = providers::memory().cell(CellSpec::new("FR-2", Variant::Proactor)).await;
-    let sent = cell.message();
-    cell.send(&sent).await;
-    let received = cell.receive(sent.id()).await;
-    cell.assert_first_delivery(&sent, &received);
+        const DELAY: Duration = Duration::from_millis(3000);
+        let cell = providers::memory().cell(CellSpec::new("FR-2", Variant::Proactor)).await;
+        let sent = cell.message();
+        cell.send(&sent).await;
+        let received = cell.receive(sent.id()).await;
+        cell.assert_first_delivery(&sent, &received);
 
-    // As a pump defers: the handled count grows by one before the requeue.
-    let mut deferred = received.clone();
-    deferred.header.handled_count += 1;
-    let given = deferred.header.handled_count;
+        // As a pump defers: the handled count grows by one before the requeue.
+        let mut deferred = received.clone();
+        deferred.header.handled_count += 1;
+        let given = deferred.header.handled_count;
 
-    let requeued_at = Instant::now();
-    cell.channel().requeue(&deferred, DELAY).await.expect("requeue");
-    // Not before the delay, and within it plus "at once": before the lease could have lapsed.
-    let mut redelivered = cell.receive_within(sent.id(), DELAY + AT_ONCE).await.unwrap_or_else(|| {
-        panic!("{} was not redelivered within {:?} of a {DELAY:?} requeue", sent.id(), DELAY + AT_ONCE)
-    });
-    let waited = requeued_at.elapsed();
-    assert!(waited >= DELAY, "redelivered after {waited:?}, before the requeue delay of {DELAY:?}");
-    // The relaxed oracle of ADR 0077 (R-1 vs R-23): a redelivery may present a larger handled
-    // count than was sent; equalise it, then the message must otherwise be the one sent.
-    assert!(
-        redelivered.header.handled_count >= sent.header.handled_count,
-        "redelivered handled count {} is below the sent {}",
-        redelivered.header.handled_count,
-        sent.header.handled_count
-    );
+        let requeued_at = Instant::now();
+        cell.channel().requeue(&deferred, DELAY).await.expect("requeue");
+        // Not before the delay, and within it plus "at once": before the lease could have lapsed.
+        let mut redelivered = cell.receive_within(sent.id(), DELAY + AT_ONCE).await.unwrap_or_else(|| {
+            panic!("{} was not redelivered within {:?} of a {DELAY:?} requeue", sent.id(), DELAY + AT_ONCE)
+        });
+        let waited = requeued_at.elapsed();
+        assert!(waited >= DELAY, "redelivered after {waited:?}, before the requeue delay of {DELAY:?}");
+        // The relaxed oracle of ADR 0077 (R-1 vs R-23): a redelivery may present a larger handled
+        // count than was sent; equalise it, then the message must otherwise be the one sent.
+        assert!(
+            redelivered.header.handled_count >= sent.header.handled_count,
+            "redelivered handled count {} is below the sent {}",
+            redelivered.header.handled_count,
+            sent.header.handled_count
+        );
 
-    // A republishing transport carries exactly the count the channel was given.
-    assert_eq!(
-        redelivered.header.handled_count, given,
-        "the redelivery presents the handled count the channel was given"
-    );
+        // A republishing transport carries exactly the count the channel was given.
+        assert_eq!(
+            redelivered.header.handled_count, given,
+            "the redelivery presents the handled count the channel was given"
+        );
 
-    redelivered.header.handled_count = sent.header.handled_count;
-    cell.assert_same(&sent, &redelivered);
-    cell.channel().acknowledge(&redelivered).await.expect("acknowledge");
-    cell.assert_source_empty(SETTLE).await;
-    cell.finish().await;
+        redelivered.header.handled_count = sent.header.handled_count;
+        cell.assert_same(&sent, &redelivered);
+        cell.channel().acknowledge(&redelivered).await.expect("acknowledge");
+        cell.assert_source_empty(SETTLE).await;
+        cell.finish().await;
+    })
 }

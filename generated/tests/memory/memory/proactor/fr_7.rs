@@ -5,25 +5,28 @@
 
 use providers::{CellSpec, Provider, Variant};
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn reject_without_destinations_acknowledges_and_routes_nothing() {
-    use gateway::Rejection;
-    // This configuration's bounds (templates/manifest.yaml): lease none (nothing lapses), counter republished.
-    #[allow(unused)]
-    const AT_ONCE: std::time::Duration = std::time::Duration::from_millis(1600);
-    #[allow(unused)]
-    const SETTLE: std::time::Duration = std::time::Duration::from_millis(1600);
+// The body runs under the per-cell ceiling (providers::ceiling) on a two-worker tokio runtime.
+#[test]
+fn reject_without_destinations_acknowledges_and_routes_nothing() {
+    providers::within_ceiling_async(|| async {
+        use gateway::Rejection;
+        // This configuration's bounds (templates/manifest.yaml): lease none (nothing lapses), counter republished.
+        #[allow(unused)]
+        const AT_ONCE: std::time::Duration = std::time::Duration::from_millis(1600);
+        #[allow(unused)]
+        const SETTLE: std::time::Duration = std::time::Duration::from_millis(1600);
 
-    let cell = providers::memory().cell(CellSpec::new("FR-7", Variant::Proactor)).await;
-    let sent = cell.message();
-    cell.send(&sent).await;
-    let received = cell.receive(sent.id()).await;
-    cell.assert_first_delivery(&sent, &received);
+        let cell = providers::memory().cell(CellSpec::new("FR-7", Variant::Proactor)).await;
+        let sent = cell.message();
+        cell.send(&sent).await;
+        let received = cell.receive(sent.id()).await;
+        cell.assert_first_delivery(&sent, &received);
 
-    let rejection = Rejection::delivery_error("FR-7: nowhere to route");
-    let routed = cell.channel().reject(&received, Some(&rejection)).await.expect("reject");
-    assert!(!routed, "a rejection with no destination configured routed a copy of {}", sent.id());
-    // Acknowledged: nothing comes back past the lease.
-    cell.assert_source_empty(SETTLE).await;
-    cell.finish().await;
+        let rejection = Rejection::delivery_error("FR-7: nowhere to route");
+        let routed = cell.channel().reject(&received, Some(&rejection)).await.expect("reject");
+        assert!(!routed, "a rejection with no destination configured routed a copy of {}", sent.id());
+        // Acknowledged: nothing comes back past the lease.
+        cell.assert_source_empty(SETTLE).await;
+        cell.finish().await;
+    })
 }

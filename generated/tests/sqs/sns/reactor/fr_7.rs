@@ -5,25 +5,28 @@
 
 use providers::{CellSpec, Provider, Variant};
 
+// The body runs under the per-cell ceiling (providers::ceiling) on a thread of its own.
 #[test]
 fn reject_without_destinations_acknowledges_and_routes_nothing() {
-    use gateway::Rejection;
-    // This configuration's bounds (templates/manifest.yaml): lease 20000 ms, counter exact.
-    #[allow(unused)]
-    const AT_ONCE: std::time::Duration = std::time::Duration::from_millis(8300);
-    #[allow(unused)]
-    const SETTLE: std::time::Duration = std::time::Duration::from_millis(28300);
+    providers::within_ceiling(|| {
+        use gateway::Rejection;
+        // This configuration's bounds (templates/manifest.yaml): lease 20000 ms, counter exact.
+        #[allow(unused)]
+        const AT_ONCE: std::time::Duration = std::time::Duration::from_millis(8300);
+        #[allow(unused)]
+        const SETTLE: std::time::Duration = std::time::Duration::from_millis(28300);
 
-    let cell = providers::sns().blocking_cell(CellSpec::new("FR-7", Variant::Reactor));
-    let sent = cell.message();
-    cell.send(&sent);
-    let received = cell.receive(sent.id());
-    cell.assert_first_delivery(&sent, &received);
+        let cell = providers::sns().blocking_cell(CellSpec::new("FR-7", Variant::Reactor));
+        let sent = cell.message();
+        cell.send(&sent);
+        let received = cell.receive(sent.id());
+        cell.assert_first_delivery(&sent, &received);
 
-    let rejection = Rejection::delivery_error("FR-7: nowhere to route");
-    let routed = cell.channel().reject(&received, Some(&rejection)).expect("reject");
-    assert!(!routed, "a rejection with no destination configured routed a copy of {}", sent.id());
-    // Acknowledged: nothing comes back past the lease.
-    cell.assert_source_empty(SETTLE);
-    cell.finish();
+        let rejection = Rejection::delivery_error("FR-7: nowhere to route");
+        let routed = cell.channel().reject(&received, Some(&rejection)).expect("reject");
+        assert!(!routed, "a rejection with no destination configured routed a copy of {}", sent.id());
+        // Acknowledged: nothing comes back past the lease.
+        cell.assert_source_empty(SETTLE);
+        cell.finish();
+    })
 }

@@ -5,26 +5,29 @@
 
 use providers::{CellSpec, Provider, Variant};
 
+// The body runs under the per-cell ceiling (providers::ceiling) on a thread of its own.
 #[test]
 #[ignore = "Deferred (#4: SNS Publish has no per-message delay (AWS SNS API); the producer refuses the send with that reason)"]
 fn send_with_delay_delivers_not_before_the_delay() {
-    use std::time::{Duration, Instant};
-    const DELAY: Duration = Duration::from_secs(2);
-    // This configuration's bounds (templates/manifest.yaml): lease 20000 ms, counter exact.
-    #[allow(unused)]
-    const AT_ONCE: std::time::Duration = std::time::Duration::from_millis(8300);
-    #[allow(unused)]
-    const SETTLE: std::time::Duration = std::time::Duration::from_millis(28300);
+    providers::within_ceiling(|| {
+        use std::time::{Duration, Instant};
+        const DELAY: Duration = Duration::from_secs(2);
+        // This configuration's bounds (templates/manifest.yaml): lease 20000 ms, counter exact.
+        #[allow(unused)]
+        const AT_ONCE: std::time::Duration = std::time::Duration::from_millis(8300);
+        #[allow(unused)]
+        const SETTLE: std::time::Duration = std::time::Duration::from_millis(28300);
 
-    let cell = providers::sns().blocking_cell(CellSpec::new("FR-9", Variant::Reactor));
-    let sent = cell.message();
-    let sent_at = Instant::now();
-    cell.send_with_delay(&sent, DELAY);
-    let received = cell.receive(sent.id());
-    let waited = sent_at.elapsed();
-    assert!(waited >= DELAY, "delivered after {waited:?}, before the send delay of {DELAY:?}");
-    cell.assert_first_delivery(&sent, &received);
-    cell.channel().acknowledge(&received).expect("acknowledge");
-    cell.assert_source_empty(SETTLE);
-    cell.finish();
+        let cell = providers::sns().blocking_cell(CellSpec::new("FR-9", Variant::Reactor));
+        let sent = cell.message();
+        let sent_at = Instant::now();
+        cell.send_with_delay(&sent, DELAY);
+        let received = cell.receive(sent.id());
+        let waited = sent_at.elapsed();
+        assert!(waited >= DELAY, "delivered after {waited:?}, before the send delay of {DELAY:?}");
+        cell.assert_first_delivery(&sent, &received);
+        cell.channel().acknowledge(&received).expect("acknowledge");
+        cell.assert_source_empty(SETTLE);
+        cell.finish();
+    })
 }

@@ -5,49 +5,55 @@
 
 use providers::{CellSpec, Provider, Variant};
 
+// The body runs under the per-cell ceiling (providers::ceiling) on a thread of its own.
 #[test]
 fn requeue_with_zero_delay_redelivers_at_once() {
-    use std::time::Duration;
-    // This configuration's bounds (templates/manifest.yaml): lease 20000 ms, counter exact.
-    #[allow(unused)]
-    const AT_ONCE: std::time::Duration = std::time::Duration::from_millis(8300);
-    #[allow(unused)]
-    const SETTLE: std::time::Duration = std::time::Duration::from_millis(28300);
+    providers::within_ceiling(|| {
+        use std::time::Duration;
+        // This configuration's bounds (templates/manifest.yaml): lease 20000 ms, counter exact.
+        #[allow(unused)]
+        const AT_ONCE: std::time::Duration = std::time::Duration::from_millis(8300);
+        #[allow(unused)]
+        const SETTLE: std::time::Duration = std::time::Duration::from_millis(28300);
 
-    let cell = providers::sqs().blocking_cell(CellSpec::new("FR-15", Variant::Reactor));
-    let sent = cell.message();
-    cell.send(&sent);
-    let received = cell.receive(sent.id());
-    cell.assert_first_delivery(&sent, &received);
+        let cell = providers::sqs().blocking_cell(CellSpec::new("FR-15", Variant::Reactor));
+        let sent = cell.message();
+        cell.send(&sent);
+        let received = cell.receive(sent.id());
+        cell.assert_first_delivery(&sent, &received);
 
-    // As a pump defers: the handled count grows by one before the requeue.
-    let mut deferred = received.clone();
-    deferred.header.handled_count += 1;
-    let given = deferred.header.handled_count;
+        // As a pump defers: the handled count grows by one before the requeue.
+        let mut deferred = received.clone();
+        deferred.header.handled_count += 1;
+        let given = deferred.header.handled_count;
 
-    cell.channel().requeue(&deferred, Duration::ZERO).expect("requeue");
-    // "At once" is before the lease could have lapsed: a release that does nothing at the broker
-    // would only come back after it.
-    let mut redelivered = cell.receive_within(sent.id(), AT_ONCE).unwrap_or_else(|| {
-        panic!("{} was not redelivered within {AT_ONCE:?} of the release, before its 20000 ms lease lapsed", sent.id())
-    });
+        cell.channel().requeue(&deferred, Duration::ZERO).expect("requeue");
+        // "At once" is before the lease could have lapsed: a release that does nothing at the broker
+        // would only come back after it.
+        let mut redelivered = cell.receive_within(sent.id(), AT_ONCE).unwrap_or_else(|| {
+            panic!(
+                "{} was not redelivered within {AT_ONCE:?} of the release, before its 20000 ms lease lapsed",
+                sent.id()
+            )
+        });
 
-    // The relaxed oracle of ADR 0077 (R-1 vs R-23): a redelivery may present a larger handled
-    // count than was sent; equalise it, then the message must otherwise be the one sent.
-    assert!(
-        redelivered.header.handled_count >= sent.header.handled_count,
-        "redelivered handled count {} is below the sent {}",
-        redelivered.header.handled_count,
-        sent.header.handled_count
-    );
+        // The relaxed oracle of ADR 0077 (R-1 vs R-23): a redelivery may present a larger handled
+        // count than was sent; equalise it, then the message must otherwise be the one sent.
+        assert!(
+            redelivered.header.handled_count >= sent.header.handled_count,
+            "redelivered handled count {} is below the sent {}",
+            redelivered.header.handled_count,
+            sent.header.handled_count
+        );
 
-    // An exact broker counter presents the second delivery as 1, whatever the channel was given.
-    let _ = given;
-    assert_eq!(redelivered.header.handled_count, 1, "the second delivery on an exactly counting broker presents 1");
+        // An exact broker counter presents the second delivery as 1, whatever the channel was given.
+        let _ = given;
+        assert_eq!(redelivered.header.handled_count, 1, "the second delivery on an exactly counting broker presents 1");
 
-    redelivered.header.handled_count = sent.header.handled_count;
-    cell.assert_same(&sent, &redelivered);
-    cell.channel().acknowledge(&redelivered).expect("acknowledge");
-    cell.assert_source_empty(SETTLE);
-    cell.finish();
+        redelivered.header.handled_count = sent.header.handled_count;
+        cell.assert_same(&sent, &redelivered);
+        cell.channel().acknowledge(&redelivered).expect("acknowledge");
+        cell.assert_source_empty(SETTLE);
+        cell.finish();
+    })
 }

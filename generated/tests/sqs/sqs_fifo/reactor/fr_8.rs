@@ -5,45 +5,48 @@
 
 use providers::{CellSpec, Provider, Variant};
 
+// The body runs under the per-cell ceiling (providers::ceiling) on a thread of its own.
 #[test]
 fn rejected_copy_carries_the_rejection_metadata_and_stamped_count() {
-    use gateway::rejection::keys;
-    use gateway::{BagValue, Rejection};
-    // This configuration's bounds (templates/manifest.yaml): lease 20000 ms, counter exact.
-    #[allow(unused)]
-    const AT_ONCE: std::time::Duration = std::time::Duration::from_millis(8300);
-    #[allow(unused)]
-    const SETTLE: std::time::Duration = std::time::Duration::from_millis(28300);
+    providers::within_ceiling(|| {
+        use gateway::rejection::keys;
+        use gateway::{BagValue, Rejection};
+        // This configuration's bounds (templates/manifest.yaml): lease 20000 ms, counter exact.
+        #[allow(unused)]
+        const AT_ONCE: std::time::Duration = std::time::Duration::from_millis(8300);
+        #[allow(unused)]
+        const SETTLE: std::time::Duration = std::time::Duration::from_millis(28300);
 
-    const STAMPED_COUNT: u32 = 2;
-    let cell = providers::sqs_fifo().blocking_cell(CellSpec::new("FR-8", Variant::Reactor).with_dead_letter());
-    let sent = cell.message();
-    cell.send(&sent);
-    let received = cell.receive(sent.id());
-    cell.assert_first_delivery(&sent, &received);
+        const STAMPED_COUNT: u32 = 2;
+        let cell = providers::sqs_fifo().blocking_cell(CellSpec::new("FR-8", Variant::Reactor).with_dead_letter());
+        let sent = cell.message();
+        cell.send(&sent);
+        let received = cell.receive(sent.id());
+        cell.assert_first_delivery(&sent, &received);
 
-    // As a pump would after two deferrals: the routed copy must keep this stamp, not
-    // present the dead-letter channel's own counter.
-    let mut handled = received.clone();
-    handled.header.handled_count = STAMPED_COUNT;
-    let rejection = Rejection::delivery_error("FR-8: the handler failed");
-    assert!(cell.channel().reject(&handled, Some(&rejection)).expect("reject"));
-    // Read twice (released in between), so the dead-letter channel's own counter has moved
-    // where it has one: the discriminator must keep the stamp on every dead-letter delivery.
-    let [copy, again] = cell.dead_letter_copy_twice(sent.id(), AT_ONCE);
-    let bag = &copy.header.bag;
-    for key in keys::ALL {
-        assert!(bag.contains_key(key), "the routed copy lacks the rejection metadata key {key}: {bag:?}");
-    }
-    assert_eq!(bag[keys::REJECTION_REASON], BagValue::from("DeliveryError"));
-    assert_eq!(bag[keys::REJECTION_MESSAGE], BagValue::from("FR-8: the handler failed"));
-    assert_eq!(bag[keys::ORIGINAL_TOPIC], BagValue::from(sent.header.topic.as_str()));
-    assert_eq!(bag[keys::ORIGINAL_MESSAGE_TYPE], BagValue::from(sent.header.message_type.as_str()));
-    assert_eq!(copy.header.handled_count, STAMPED_COUNT, "the routed copy keeps its stamped handled count");
-    assert_eq!(
-        again.header.handled_count, STAMPED_COUNT,
-        "the routed copy keeps its stamped handled count on a second dead-letter delivery"
-    );
-    cell.assert_source_empty(SETTLE);
-    cell.finish();
+        // As a pump would after two deferrals: the routed copy must keep this stamp, not
+        // present the dead-letter channel's own counter.
+        let mut handled = received.clone();
+        handled.header.handled_count = STAMPED_COUNT;
+        let rejection = Rejection::delivery_error("FR-8: the handler failed");
+        assert!(cell.channel().reject(&handled, Some(&rejection)).expect("reject"));
+        // Read twice (released in between), so the dead-letter channel's own counter has moved
+        // where it has one: the discriminator must keep the stamp on every dead-letter delivery.
+        let [copy, again] = cell.dead_letter_copy_twice(sent.id(), AT_ONCE);
+        let bag = &copy.header.bag;
+        for key in keys::ALL {
+            assert!(bag.contains_key(key), "the routed copy lacks the rejection metadata key {key}: {bag:?}");
+        }
+        assert_eq!(bag[keys::REJECTION_REASON], BagValue::from("DeliveryError"));
+        assert_eq!(bag[keys::REJECTION_MESSAGE], BagValue::from("FR-8: the handler failed"));
+        assert_eq!(bag[keys::ORIGINAL_TOPIC], BagValue::from(sent.header.topic.as_str()));
+        assert_eq!(bag[keys::ORIGINAL_MESSAGE_TYPE], BagValue::from(sent.header.message_type.as_str()));
+        assert_eq!(copy.header.handled_count, STAMPED_COUNT, "the routed copy keeps its stamped handled count");
+        assert_eq!(
+            again.header.handled_count, STAMPED_COUNT,
+            "the routed copy keeps its stamped handled count on a second dead-letter delivery"
+        );
+        cell.assert_source_empty(SETTLE);
+        cell.finish();
+    })
 }
