@@ -29,7 +29,7 @@ pub use runs::{
     append_run, check_runs, now_rfc3339, parse_runs, read_runs, BrokerProvenance, CellRun, ConfigurationRun, Flake,
     RunRecord,
 };
-pub use status::Status;
+pub use status::{Status, StatusCounts};
 pub use update::{CellResult, Transition, UpdateReport, VariantResult};
 
 /// Every known cell and its status, kept in file order.
