@@ -6,12 +6,14 @@
 //! format, atomic save), [`update`] (applying test results), [`markdown`],
 //! [`audit`] (ledger vs `#[ignore]`d tests), [`runs`] (run history),
 //! [`evidence`] (what the history says of each cell), [`digest`] (the
-//! source digest a run is recorded at), [`error`].
+//! source digest a run is recorded at), [`diff`] (a change's effect on the
+//! ledger, for review), [`error`].
 
 use std::collections::BTreeMap;
 
 pub mod audit;
 pub mod cell;
+pub mod diff;
 pub mod digest;
 pub mod error;
 pub mod evidence;
@@ -23,6 +25,7 @@ pub mod update;
 
 pub use audit::AuditProblem;
 pub use cell::{validate_configuration, Behaviour, CellId, NameError};
+pub use diff::LedgerDiff;
 pub use digest::source_digest;
 pub use error::{LedgerError, ParseProblem};
 pub use runs::{
