@@ -262,10 +262,15 @@ fn runs_phrase(runs: usize) -> String {
     }
 }
 
-/// `sqs-fifo/FR-9: Deferred (#4: reason) -> Fixed (#12)`.
+/// `sqs-fifo/FR-9: Deferred (#4: reason) -> Fixed (#12)`; a new cell shows its status, a
+/// removed one what it was.
 fn change_line(change: &CellChange) -> String {
-    let text = |status: &Option<CellStatus>| status.as_ref().map_or("(no row)".to_owned(), |s| s.text.clone());
-    format!("`{}`: {} -> {}", change.cell, text(&change.before), text(&change.after))
+    match (&change.before, &change.after) {
+        (Some(before), Some(after)) => format!("`{}`: {} -> {}", change.cell, before.text, after.text),
+        (None, Some(after)) => format!("`{}`: {}", change.cell, after.text),
+        (Some(before), None) => format!("`{}`: was {}", change.cell, before.text),
+        (None, None) => format!("`{}`", change.cell),
+    }
 }
 
 /// A failure message as inline code, so Markdown in it is shown as written. A
@@ -377,11 +382,11 @@ sqs-fifo\tFR-23\tFixed\t#12
 
 **New cells** (1)
 
-- `memory/FR-10`: (no row) -> Unknown
+- `memory/FR-10`: Unknown
 
 **Removed cells** (1)
 
-- `sqs/FR-2`: Pass -> (no row)
+- `sqs/FR-2`: was Pass
 
 **Reference or reason changes** (1)
 
@@ -418,7 +423,7 @@ sqs-fifo\tFR-23\tFixed\t#12
 
 **New cells** (1)
 
-- `memory/FR-2`: (no row) -> Pass
+- `memory/FR-2`: Pass
 
 No new flakes (0 new run records).
 "

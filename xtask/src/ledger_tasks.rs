@@ -1,5 +1,5 @@
-//! `cargo xtask ledger …`: show, defer, render and audit cells, and read the run history
-//! (flakes, a cell's history).
+//! `cargo xtask ledger …`: show, defer, render and audit cells, read the run history
+//! (flakes, a cell's history), and the review diff (`ledger_diff`).
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -44,6 +44,9 @@ pub enum LedgerTask {
         /// The cell, as CONFIGURATION/FR-N (e.g. sqs-fifo/FR-23)
         cell: CellId,
     },
+    /// Report what changed in the ledger since a base commit, as one pull-request comment:
+    /// status counts, changed cells, flakes of the new run records
+    Diff(crate::ledger_diff::Args),
 }
 
 fn manifest() -> Result<Manifest> {
@@ -57,6 +60,10 @@ fn rows(manifest: &Manifest) -> Vec<(&str, &str)> {
 }
 
 pub fn run(task: LedgerTask) -> Result<()> {
+    // The review compares ledger files only; it needs no manifest, and may read another repository.
+    if let LedgerTask::Diff(args) = &task {
+        return crate::ledger_diff::run(args);
+    }
     let root = root();
     let path = root.join(generator::LEDGER);
     let runs_path = root.join(generator::RUNS);
@@ -101,6 +108,7 @@ pub fn run(task: LedgerTask) -> Result<()> {
             }
             lines.iter().for_each(|line| println!("{line}"));
         }
+        LedgerTask::Diff(_) => unreachable!("handled above"),
         LedgerTask::History { cell } => {
             check_cell(&manifest, &cell)?;
             let lines = history_lines(&manifest, &ledger::read_runs(&runs_path)?, &cell);

@@ -1,5 +1,8 @@
 //! End-to-end proofs that the harness can fail: run the real `cargo xtask conformance` on the
-//! in-memory transport against a scratch ledger, with and without a deliberate fault.
+//! in-memory transport against a scratch ledger, with and without a deliberate fault; and
+//! `ledger diff` against a scratch git repository (`ledger_diff`).
+
+mod ledger_diff;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
