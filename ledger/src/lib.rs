@@ -4,6 +4,7 @@
 //!
 //! Modules, one concept each: [`cell`] (ids), [`status`], [`file`](mod@file) (parse,
 //! format, atomic save), [`update`] (applying test results), [`markdown`],
+//! [`svg`] (the matrix as a picture), [`pages`] (the rendered set, written together),
 //! [`audit`] (ledger vs `#[ignore]`d tests), [`runs`] (run history),
 //! [`evidence`] (what the history says of each cell), [`digest`] (the
 //! source digest a run is recorded at), [`diff`] (a change's effect on the
@@ -19,8 +20,10 @@ pub mod error;
 pub mod evidence;
 pub mod file;
 pub mod markdown;
+pub mod pages;
 pub mod runs;
 pub mod status;
+pub mod svg;
 pub mod update;
 
 pub use audit::AuditProblem;

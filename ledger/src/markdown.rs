@@ -43,6 +43,8 @@ impl Ledger {
         out.push_str(
             "Rendered from `ledger/cells.tsv` and `ledger/runs.jsonl` by `cargo xtask ledger render`; do not edit by hand.\n\n",
         );
+        // The picture beside this page (crate::svg), written with it (crate::pages).
+        let _ = writeln!(out, "![The conformance matrix]({})\n", crate::pages::SVG);
         out.push_str("| configuration |");
         for behaviour in behaviours {
             let _ = write!(out, " {behaviour} |");
@@ -167,6 +169,8 @@ stale\tFR-2\tPass
 # Conformance ledger
 
 Rendered from `ledger/cells.tsv` and `ledger/runs.jsonl` by `cargo xtask ledger render`; do not edit by hand.
+
+![The conformance matrix](LEDGER.svg)
 
 | configuration | FR-2 | FR-10 |
 | --- | --- | --- |

@@ -27,7 +27,7 @@ pub enum LedgerTask {
         #[arg(long)]
         reason: String,
     },
-    /// Write ledger/LEDGER.md from ledger/cells.tsv and ledger/runs.jsonl
+    /// Write ledger/LEDGER.md and ledger/LEDGER.svg from ledger/cells.tsv and ledger/runs.jsonl
     Render,
     /// Check that ignored tests and Deferred cells match, the ledger covers the manifest and
     /// ledger/runs.jsonl parses; warn about cells whose newest evidence is not at the current
@@ -84,9 +84,8 @@ pub fn run(task: LedgerTask) -> Result<()> {
         }
         LedgerTask::Render => {
             let runs = ledger::read_runs(&runs_path)?;
-            let markdown = Ledger::load(&path)?.render_markdown(&rows(&manifest), &behaviours, &runs);
-            let target = root.join(generator::LEDGER_MARKDOWN);
-            std::fs::write(&target, markdown).with_context(|| format!("writing {}", target.display()))?;
+            let pages = Ledger::load(&path)?.render_pages(&rows(&manifest), &behaviours, &runs);
+            ledger::pages::write_pages(&root.join(generator::LEDGER_DIR), &pages)?;
         }
         LedgerTask::Audit { fresh } => {
             let ledger = Ledger::load(&path)?;
