@@ -99,14 +99,7 @@ impl Ledger {
             let dirty = if record.dirty { " (dirty)" } else { "" };
             let broker = match broker_for(record, transport) {
                 None => "not recorded".to_owned(),
-                Some(broker) => {
-                    let mut text = broker.implementation.clone();
-                    if !broker.version.is_empty() {
-                        let _ = write!(text, " {}", broker.version);
-                    }
-                    let _ = write!(text, " ({})", broker.source);
-                    escape_cell(&text)
-                }
+                Some(broker) => escape_cell(&broker.to_string()),
             };
             let _ = writeln!(
                 out,
