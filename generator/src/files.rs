@@ -73,7 +73,8 @@ pub(crate) fn apply(root: &Path, outputs: &BTreeMap<PathBuf, String>, mode: Mode
                 if let Some(parent) = full.parent() {
                     std::fs::create_dir_all(parent).map_err(io)?;
                 }
-                std::fs::write(&full, content).map_err(io)?;
+                // Atomically, so an interrupted run leaves each file old or new, never cut short.
+                ledger::file::write_atomically(&full, &content)?;
                 outcome.written.push(path.clone());
             }
         }

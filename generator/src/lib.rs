@@ -2,7 +2,7 @@
 //!
 //! Inputs: `templates/manifest.yaml` (behaviours, configurations, variants), the templates, and
 //! the ledger (a Deferred cell renders as an ignored test carrying its reason). Outputs: the
-//! `generated/` crate and the ledger's Markdown matrix. Check mode compares instead of writing.
+//! `generated/` crate and the ledger's matrix (`LEDGER.md` and `LEDGER.svg`). Check mode compares instead of writing.
 
 mod error;
 mod files;
@@ -20,9 +20,12 @@ pub const COMMAND: &str = "cargo xtask generate";
 
 /// The manifest's place in the repository.
 pub const MANIFEST: &str = "templates/manifest.yaml";
-/// The ledger's data file and its rendered matrix.
+/// The ledger's data file and its rendered matrix, as a page and as a picture (the rendered
+/// pages are written beside the data file: `ledger::pages`).
+pub const LEDGER_DIR: &str = "ledger";
 pub const LEDGER: &str = "ledger/cells.tsv";
 pub const LEDGER_MARKDOWN: &str = "ledger/LEDGER.md";
+pub const LEDGER_SVG: &str = "ledger/LEDGER.svg";
 /// The run history, which the matrix reads for flakes and last runs.
 pub const RUNS: &str = "ledger/runs.jsonl";
 /// The generated crate.

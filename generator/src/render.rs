@@ -12,7 +12,7 @@ use serde::Serialize;
 use tera::{Context, Tera};
 
 use crate::manifest::{BehaviourEntry, ConfigurationEntry, Manifest};
-use crate::{GenerateError, COMMAND, GENERATED, LEDGER_MARKDOWN};
+use crate::{GenerateError, COMMAND, GENERATED, LEDGER_DIR};
 
 #[derive(Serialize)]
 struct TransportView<'a> {
@@ -208,7 +208,8 @@ pub(crate) fn render_all(
     unformatted.format_into(root, &mut outputs)?;
     let rows: Vec<(&str, &str)> =
         manifest.configurations.iter().map(|c| (c.name.as_str(), c.transport.as_str())).collect();
-    let markdown = ledger.render_markdown(&rows, &manifest.behaviour_ids(), runs);
-    outputs.insert(PathBuf::from(LEDGER_MARKDOWN), markdown);
+    for (name, page) in ledger.render_pages(&rows, &manifest.behaviour_ids(), runs) {
+        outputs.insert(Path::new(LEDGER_DIR).join(name), page);
+    }
     Ok(outputs)
 }

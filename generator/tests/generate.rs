@@ -61,6 +61,30 @@ fn a_hand_edit_in_generated_fails_the_check_with_a_diff_and_the_fix() {
 }
 
 #[test]
+fn a_stale_or_missing_ledger_picture_fails_the_check_and_write_restores_it() {
+    let scratch = scratch_repository();
+    let svg = scratch.path().join("ledger/LEDGER.svg");
+    let checked_in = std::fs::read_to_string(root().join("ledger/LEDGER.svg")).unwrap();
+
+    // A cell that changed status without a regeneration leaves the picture stale.
+    std::fs::write(&svg, checked_in.replacen(">P</text>", ">D</text>", 1)).unwrap();
+    let error = generate(scratch.path(), Mode::Check).unwrap_err();
+    assert!(matches!(error, GenerateError::Stale { count: 1, .. }), "{error}");
+    let message = error.to_string();
+    assert!(message.contains("ledger/LEDGER.svg"), "{message}");
+    assert!(message.contains("Run `cargo xtask generate` to regenerate"), "{message}");
+
+    std::fs::remove_file(&svg).unwrap();
+    let error = generate(scratch.path(), Mode::Check).unwrap_err().to_string();
+    assert!(error.contains("ledger/LEDGER.svg"), "a missing picture is stale too: {error}");
+
+    let outcome = generate(scratch.path(), Mode::Write).unwrap();
+    assert_eq!(outcome.written, [Path::new("ledger/LEDGER.svg")]);
+    assert_eq!(std::fs::read_to_string(&svg).unwrap(), checked_in);
+    generate(scratch.path(), Mode::Check).unwrap();
+}
+
+#[test]
 fn a_stray_file_in_generated_fails_the_check_and_write_removes_it() {
     let scratch = scratch_repository();
     let stray = scratch.path().join("generated/tests/memory/memory/reactor/fr_99.rs");
@@ -77,9 +101,10 @@ fn generation_is_deterministic() {
     let scratch = scratch_repository();
     std::fs::remove_dir_all(scratch.path().join("generated")).unwrap();
     std::fs::remove_file(scratch.path().join("ledger/LEDGER.md")).unwrap();
+    std::fs::remove_file(scratch.path().join("ledger/LEDGER.svg")).unwrap();
     let first = generate(scratch.path(), Mode::Write).unwrap();
-    // Everything the checked-in tree holds, plus the ledger's matrix, is written again.
-    assert_eq!(first.written.len(), files_under(&root().join("generated")) + 1);
+    // Everything the checked-in tree holds, plus the ledger's page and picture, is written again.
+    assert_eq!(first.written.len(), files_under(&root().join("generated")) + 2);
     let second = generate(scratch.path(), Mode::Write).unwrap();
     assert!(second.written.is_empty(), "a second run rewrote {:?}", second.written);
 }
@@ -166,6 +191,7 @@ fn snapshots_of_representative_outputs() {
     insta::assert_snapshot!("binary_main", read(&scratch, "generated/tests/slow/main.rs"));
     insta::assert_snapshot!("crate_manifest", read(&scratch, "generated/Cargo.toml"));
     insta::assert_snapshot!("ledger_markdown", read(&scratch, "ledger/LEDGER.md"));
+    insta::assert_snapshot!("ledger_svg", read(&scratch, "ledger/LEDGER.svg"));
 }
 
 #[test]

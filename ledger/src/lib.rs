@@ -4,32 +4,38 @@
 //!
 //! Modules, one concept each: [`cell`] (ids), [`status`], [`file`](mod@file) (parse,
 //! format, atomic save), [`update`] (applying test results), [`markdown`],
+//! [`svg`] (the matrix as a picture), [`pages`] (the rendered set, written together),
 //! [`audit`] (ledger vs `#[ignore]`d tests), [`runs`] (run history),
 //! [`evidence`] (what the history says of each cell), [`digest`] (the
-//! source digest a run is recorded at), [`error`].
+//! source digest a run is recorded at), [`diff`] (a change's effect on the
+//! ledger, for review), [`error`].
 
 use std::collections::BTreeMap;
 
 pub mod audit;
 pub mod cell;
+pub mod diff;
 pub mod digest;
 pub mod error;
 pub mod evidence;
 pub mod file;
 pub mod markdown;
+pub mod pages;
 pub mod runs;
 pub mod status;
+pub mod svg;
 pub mod update;
 
 pub use audit::AuditProblem;
 pub use cell::{validate_configuration, Behaviour, CellId, NameError};
+pub use diff::LedgerDiff;
 pub use digest::source_digest;
 pub use error::{LedgerError, ParseProblem};
 pub use runs::{
     append_run, check_runs, now_rfc3339, parse_runs, read_runs, BrokerProvenance, CellRun, ConfigurationRun, Flake,
     RunRecord,
 };
-pub use status::Status;
+pub use status::{Status, StatusCounts};
 pub use update::{CellResult, Transition, UpdateReport, VariantResult};
 
 /// Every known cell and its status, kept in file order.

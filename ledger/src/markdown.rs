@@ -9,6 +9,7 @@
 use std::fmt::Write;
 
 use crate::evidence::{broker_for, flake_counts, last_run};
+use crate::status::StatusCounts;
 use crate::{Behaviour, CellId, Ledger, RunRecord, Status};
 
 /// Table text for a cell that has no row in the ledger.
@@ -31,8 +32,7 @@ impl Ledger {
     ) -> String {
         let mut out = String::new();
         let mut deferred = Vec::new();
-        // Pass, Fixed, Deferred, Unknown, missing.
-        let mut counts = [0usize; 5];
+        let mut counts = StatusCounts::default();
         let flakes = flake_counts(runs);
         let mut watched = 0;
 
@@ -43,6 +43,8 @@ impl Ledger {
         out.push_str(
             "Rendered from `ledger/cells.tsv` and `ledger/runs.jsonl` by `cargo xtask ledger render`; do not edit by hand.\n\n",
         );
+        // The picture beside this page (crate::svg), written with it (crate::pages).
+        let _ = writeln!(out, "![The conformance matrix]({})\n", crate::pages::SVG);
         out.push_str("| configuration |");
         for behaviour in behaviours {
             let _ = write!(out, " {behaviour} |");
@@ -55,28 +57,17 @@ impl Ledger {
             let _ = write!(out, "| {configuration} |");
             for &behaviour in behaviours {
                 let cell = CellId::new(*configuration, behaviour);
-                let mut text = match self.get(&cell) {
-                    None => {
-                        counts[4] += 1;
-                        MISSING.to_owned()
-                    }
-                    Some(Status::Pass) => {
-                        counts[0] += 1;
-                        "Pass".to_owned()
-                    }
-                    Some(Status::Fixed { reference }) => {
-                        counts[1] += 1;
-                        format!("Fixed ({})", escape_cell(reference))
-                    }
+                let status = self.get(&cell);
+                counts.add(status);
+                let mut text = match status {
+                    None => MISSING.to_owned(),
+                    Some(Status::Pass) => "Pass".to_owned(),
+                    Some(Status::Fixed { reference }) => format!("Fixed ({})", escape_cell(reference)),
                     Some(Status::Deferred { reference, reason }) => {
-                        counts[2] += 1;
                         deferred.push(format!("- {cell} ({reference}): {reason}\n"));
                         format!("Deferred ({})", escape_cell(reference))
                     }
-                    Some(Status::Unknown) => {
-                        counts[3] += 1;
-                        "Unknown".to_owned()
-                    }
+                    Some(Status::Unknown) => "Unknown".to_owned(),
                 };
                 if let Some(count) = flakes.get(cell.to_string().as_str()) {
                     watched += 1;
@@ -108,14 +99,7 @@ impl Ledger {
             let dirty = if record.dirty { " (dirty)" } else { "" };
             let broker = match broker_for(record, transport) {
                 None => "not recorded".to_owned(),
-                Some(broker) => {
-                    let mut text = broker.implementation.clone();
-                    if !broker.version.is_empty() {
-                        let _ = write!(text, " {}", broker.version);
-                    }
-                    let _ = write!(text, " ({})", broker.source);
-                    escape_cell(&text)
-                }
+                Some(broker) => escape_cell(&broker.to_string()),
             };
             let _ = writeln!(
                 out,
@@ -125,19 +109,24 @@ impl Ledger {
             );
         }
 
-        let [pass, fixed, deferred, unknown, missing] = counts;
-        let total: usize = counts.iter().sum();
-        let _ =
-            write!(out, "\nSummary: {total} cells: {pass} Pass, {fixed} Fixed, {deferred} Deferred, {unknown} Unknown");
-        if missing > 0 {
-            let _ = write!(out, ", {missing} {MISSING}");
-        }
-        if watched > 0 {
-            let _ = write!(out, "; {watched} watched ({WATCHED})");
-        }
-        out.push('\n');
+        let _ = writeln!(out, "\nSummary: {}", summary(&counts, watched));
         out
     }
+}
+
+/// `4 cells: 1 Pass, 1 Fixed, 1 Deferred, 1 Unknown[, n (missing)][; n watched (⚑)]`: the
+/// summary line of the Markdown page and of the SVG matrix.
+pub fn summary(counts: &StatusCounts, watched: usize) -> String {
+    let StatusCounts { pass, fixed, deferred, unknown, missing } = counts;
+    let mut text =
+        format!("{} cells: {pass} Pass, {fixed} Fixed, {deferred} Deferred, {unknown} Unknown", counts.total());
+    if *missing > 0 {
+        let _ = write!(text, ", {missing} {MISSING}");
+    }
+    if watched > 0 {
+        let _ = write!(text, "; {watched} watched ({WATCHED})");
+    }
+    text
 }
 
 /// A '|' inside a table cell would end the cell.
@@ -173,6 +162,8 @@ stale\tFR-2\tPass
 # Conformance ledger
 
 Rendered from `ledger/cells.tsv` and `ledger/runs.jsonl` by `cargo xtask ledger render`; do not edit by hand.
+
+![The conformance matrix](LEDGER.svg)
 
 | configuration | FR-2 | FR-10 |
 | --- | --- | --- |

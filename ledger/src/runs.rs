@@ -57,6 +57,21 @@ pub struct BrokerProvenance {
     pub version: String,
 }
 
+impl std::fmt::Display for BrokerProvenance {
+    /// `moto 5.2.5 (local)`: what answered, its version, where it came from. A version that
+    /// already names the implementation (`moto` / `moto 5.2.5`) is not preceded by it again.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let named = !self.implementation.is_empty()
+            && self.version.to_lowercase().contains(&self.implementation.to_lowercase());
+        match (self.version.is_empty(), named) {
+            (true, _) => f.write_str(&self.implementation)?,
+            (false, true) => f.write_str(&self.version)?,
+            (false, false) => write!(f, "{} {}", self.implementation, self.version)?,
+        }
+        write!(f, " ({})", self.source)
+    }
+}
+
 /// One cell under one pump variant.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CellRun {
@@ -253,6 +268,23 @@ mod tests {
             r#"{"date":"2025-01-31T12:00:00Z","commit":"abc123","dirty":false,"toolchain":null,"digest":null,"brokers":[],"configurations":[{"configuration":"memory","variant":"reactor","passed":40,"failed":1,"skipped":2,"wall_ms":1234,"flakes":[{"cell":"memory/FR-9","variant":"reactor","first_failure":"assertion failed"}]}],"cells":[]}"#
         );
         assert_eq!(read_runs(&path).unwrap(), [record("abc123"), record("def456")]);
+    }
+
+    #[test]
+    fn a_broker_is_shown_with_its_version_and_source_once() {
+        let broker = |implementation: &str, version: &str| {
+            BrokerProvenance {
+                transport: "sqs".into(),
+                source: "local".into(),
+                implementation: implementation.into(),
+                version: version.into(),
+            }
+            .to_string()
+        };
+        assert_eq!(broker("moto", "5.0.0"), "moto 5.0.0 (local)");
+        assert_eq!(broker("moto", "moto 5.2.5"), "moto 5.2.5 (local)");
+        assert_eq!(broker("rocketmq", "Apache RocketMQ 5.3.3"), "Apache RocketMQ 5.3.3 (local)");
+        assert_eq!(broker("localhost:4566", ""), "localhost:4566 (local)");
     }
 
     #[test]

@@ -41,6 +41,36 @@ impl fmt::Display for Status {
     }
 }
 
+/// How many cells have each status: the summary the Markdown page, the SVG
+/// matrix and the review diff all print, counted one way so they agree.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct StatusCounts {
+    pub pass: usize,
+    pub fixed: usize,
+    pub deferred: usize,
+    pub unknown: usize,
+    /// Cells of the matrix with no ledger row (always 0 when counting a
+    /// ledger's own cells).
+    pub missing: usize,
+}
+
+impl StatusCounts {
+    /// Counts one cell; None is a cell without a row.
+    pub fn add(&mut self, status: Option<&Status>) {
+        match status {
+            None => self.missing += 1,
+            Some(Status::Pass) => self.pass += 1,
+            Some(Status::Fixed { .. }) => self.fixed += 1,
+            Some(Status::Deferred { .. }) => self.deferred += 1,
+            Some(Status::Unknown) => self.unknown += 1,
+        }
+    }
+
+    pub fn total(&self) -> usize {
+        self.pass + self.fixed + self.deferred + self.unknown + self.missing
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -53,5 +83,16 @@ mod tests {
         assert_eq!(fixed.to_string(), "Fixed (#4)");
         let deferred = Status::Deferred { reference: "#4".into(), reason: "moto does not honour DelaySeconds".into() };
         assert_eq!(deferred.to_string(), "Deferred (#4: moto does not honour DelaySeconds)");
+    }
+
+    #[test]
+    fn counts_every_status_and_missing_rows() {
+        let mut counts = StatusCounts::default();
+        let fixed = Status::Fixed { reference: "#4".into() };
+        for status in [Some(&Status::Pass), Some(&Status::Pass), Some(&fixed), Some(&Status::Unknown), None] {
+            counts.add(status);
+        }
+        assert_eq!(counts, StatusCounts { pass: 2, fixed: 1, deferred: 0, unknown: 1, missing: 1 });
+        assert_eq!(counts.total(), 5);
     }
 }

@@ -52,7 +52,7 @@ pub struct Args {
     /// Also write the results as JUnit XML to this file
     #[arg(long, value_name = "PATH")]
     junit: Option<PathBuf>,
-    /// The ledger folder (cells.tsv, runs.jsonl, LEDGER.md). Default: the project's ledger/.
+    /// The ledger folder (cells.tsv, runs.jsonl, LEDGER.md, LEDGER.svg). Default: the project's ledger/.
     /// With another folder the generated code is not rewritten
     #[arg(long, value_name = "DIR")]
     ledger_dir: Option<PathBuf>,
@@ -481,8 +481,8 @@ pub fn run(args: &Args) -> Result<()> {
         let rows: Vec<(&str, &str)> =
             manifest.configurations.iter().map(|c| (c.name.as_str(), c.transport.as_str())).collect();
         let runs = ledger::read_runs(&ledger_dir.join("runs.jsonl"))?;
-        let markdown = ledger.render_markdown(&rows, &manifest.behaviour_ids(), &runs);
-        std::fs::write(ledger_dir.join("LEDGER.md"), markdown)?;
+        let pages = ledger.render_pages(&rows, &manifest.behaviour_ids(), &runs);
+        ledger::pages::write_pages(&ledger_dir, &pages)?;
     }
     if let Some(path) = &args.junit {
         crate::conformance::junit::write(path, &runs, &modules)?;

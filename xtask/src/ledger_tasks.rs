@@ -1,5 +1,5 @@
-//! `cargo xtask ledger …`: show, defer, render and audit cells, and read the run history
-//! (flakes, a cell's history).
+//! `cargo xtask ledger …`: show, defer, render and audit cells, read the run history
+//! (flakes, a cell's history), and the review diff (`ledger_diff`).
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -27,7 +27,7 @@ pub enum LedgerTask {
         #[arg(long)]
         reason: String,
     },
-    /// Write ledger/LEDGER.md from ledger/cells.tsv and ledger/runs.jsonl
+    /// Write ledger/LEDGER.md and ledger/LEDGER.svg from ledger/cells.tsv and ledger/runs.jsonl
     Render,
     /// Check that ignored tests and Deferred cells match, the ledger covers the manifest and
     /// ledger/runs.jsonl parses; warn about cells whose newest evidence is not at the current
@@ -44,6 +44,9 @@ pub enum LedgerTask {
         /// The cell, as CONFIGURATION/FR-N (e.g. sqs-fifo/FR-23)
         cell: CellId,
     },
+    /// Report what changed in the ledger since a base commit, as one pull-request comment:
+    /// status counts, changed cells, flakes of the new run records
+    Diff(crate::ledger_diff::Args),
 }
 
 fn manifest() -> Result<Manifest> {
@@ -57,6 +60,10 @@ fn rows(manifest: &Manifest) -> Vec<(&str, &str)> {
 }
 
 pub fn run(task: LedgerTask) -> Result<()> {
+    // The review compares ledger files only; it needs no manifest, and may read another repository.
+    if let LedgerTask::Diff(args) = &task {
+        return crate::ledger_diff::run(args);
+    }
     let root = root();
     let path = root.join(generator::LEDGER);
     let runs_path = root.join(generator::RUNS);
@@ -77,9 +84,8 @@ pub fn run(task: LedgerTask) -> Result<()> {
         }
         LedgerTask::Render => {
             let runs = ledger::read_runs(&runs_path)?;
-            let markdown = Ledger::load(&path)?.render_markdown(&rows(&manifest), &behaviours, &runs);
-            let target = root.join(generator::LEDGER_MARKDOWN);
-            std::fs::write(&target, markdown).with_context(|| format!("writing {}", target.display()))?;
+            let pages = Ledger::load(&path)?.render_pages(&rows(&manifest), &behaviours, &runs);
+            ledger::pages::write_pages(&root.join(generator::LEDGER_DIR), &pages)?;
         }
         LedgerTask::Audit { fresh } => {
             let ledger = Ledger::load(&path)?;
@@ -101,8 +107,12 @@ pub fn run(task: LedgerTask) -> Result<()> {
             }
             lines.iter().for_each(|line| println!("{line}"));
         }
+        LedgerTask::Diff(_) => unreachable!("handled above"),
         LedgerTask::History { cell } => {
             check_cell(&manifest, &cell)?;
+            // The status the runs below led to, so a failed result reads against it (a Deferred
+            // cell's runs fail by design).
+            println!("{}", status_line(&Ledger::load(&path)?, &cell));
             let lines = history_lines(&manifest, &ledger::read_runs(&runs_path)?, &cell);
             if lines.len() == 1 {
                 eprintln!("{cell} has no recorded run in {}", generator::RUNS);
@@ -225,7 +235,7 @@ fn flake_lines(runs: &[RunRecord]) -> Vec<String> {
         .collect()
 }
 
-/// A header, then `date  commit  variant  result  duration  broker` per recorded run, newest
+/// A header, then `date  commit  variant  result  duration  broker (source)` per recorded run, newest
 /// first. An older record has no per-cell result: its line shows the configuration's totals.
 fn history_lines(manifest: &Manifest, runs: &[RunRecord], cell: &CellId) -> Vec<String> {
     let transport = manifest.configurations.iter().find(|c| c.name == cell.configuration).map(|c| c.transport.as_str());
@@ -246,7 +256,7 @@ fn history_lines(manifest: &Manifest, runs: &[RunRecord], cell: &CellId) -> Vec<
             ),
         };
         let broker = match transport.and_then(|transport| evidence::broker_for(entry.record, transport)) {
-            Some(broker) => format!("{} {}", broker.implementation, broker.version).trim_end().to_owned(),
+            Some(broker) => broker.to_string(),
             None => "-".to_owned(),
         };
         lines.push(format!(
@@ -257,6 +267,14 @@ fn history_lines(manifest: &Manifest, runs: &[RunRecord], cell: &CellId) -> Vec<
         ));
     }
     lines
+}
+
+/// `sqs-fifo/FR-9: Deferred (#4: reason) in ledger/cells.tsv`.
+fn status_line(ledger: &Ledger, cell: &CellId) -> String {
+    match ledger.get(cell) {
+        Some(status) => format!("{cell}: {status} in {}", generator::LEDGER),
+        None => format!("{cell}: no row in {}", generator::LEDGER),
+    }
 }
 
 fn commit_text(record: &RunRecord) -> String {
@@ -359,10 +377,16 @@ mod tests {
             lines,
             [
                 "date                  commit          variant   result   duration  broker",
-                "2026-12-01T09:00:00Z  bbb0002+dirty   proactor  flaky       2.3 s  gateway 0.1.0",
+                "2026-12-01T09:00:00Z  bbb0002+dirty   proactor  flaky       2.3 s  gateway 0.1.0 (in-process)",
                 "2026-11-30T07:00:00Z  aaa0001         reactor   -               -  -  (no per-cell result; memory reactor: 12 passed, 0 failed, 0 skipped)",
             ]
         );
+        let ledger = Ledger::parse("memory\tFR-23\tDeferred\t#4\twhy\n", Path::new("cells.tsv")).unwrap();
+        assert_eq!(
+            status_line(&ledger, &"memory/FR-23".parse().unwrap()),
+            "memory/FR-23: Deferred (#4: why) in ledger/cells.tsv"
+        );
+        assert_eq!(status_line(&ledger, &"memory/FR-2".parse().unwrap()), "memory/FR-2: no row in ledger/cells.tsv");
         // A new record without the cell is no evidence for it.
         assert_eq!(history_lines(&manifest, &runs[1..], &"memory/FR-2".parse().unwrap()).len(), 1);
     }

@@ -2,6 +2,7 @@
 
 mod brokers;
 mod conformance;
+mod ledger_diff;
 mod ledger_tasks;
 mod libtest;
 mod mutants;
@@ -37,7 +38,7 @@ enum Task {
     Conformance(conformance::Args),
     /// Apply each catalogued contract defect to a scratch copy and check the cells catch it
     Mutants(mutants::Args),
-    /// Read, defer, render or audit ledger cells
+    /// Read, defer, render, audit or review (diff) ledger cells
     #[command(subcommand)]
     Ledger(ledger_tasks::LedgerTask),
     /// Install local brokers, or build stand-in broker images

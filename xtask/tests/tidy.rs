@@ -88,6 +88,7 @@ fn every_generated_file_carries_its_header() {
     let mut files = rust_files(&root().join("generated"));
     files.push(root().join("generated/Cargo.toml"));
     files.push(root().join("ledger/LEDGER.md"));
+    files.push(root().join("ledger/LEDGER.svg"));
     files.push(root().join("ledger/MUTANTS.md"));
     let missing: Vec<String> = files
         .iter()

@@ -1,5 +1,8 @@
 //! End-to-end proofs that the harness can fail: run the real `cargo xtask conformance` on the
-//! in-memory transport against a scratch ledger, with and without a deliberate fault.
+//! in-memory transport against a scratch ledger, with and without a deliberate fault; and
+//! `ledger diff` against a scratch git repository (`ledger_diff`).
+
+mod ledger_diff;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -65,6 +68,9 @@ fn a_healthy_run_keeps_every_memory_cell_pass_and_renders_the_matrix() {
     let markdown = std::fs::read_to_string(ledger.path().join("LEDGER.md")).unwrap();
     let memory_row = markdown.lines().find(|line| line.starts_with("| memory |")).unwrap();
     assert_eq!(memory_row.matches("| Pass").count(), 12, "{memory_row}");
+    // The picture is written beside the page, as `cargo xtask generate` writes it.
+    let svg = std::fs::read_to_string(ledger.path().join("LEDGER.svg")).unwrap();
+    assert!(svg.contains("<title>memory/FR-23: Pass</title>"), "{svg}");
 }
 
 #[test]
@@ -217,7 +223,7 @@ fn ledger_files(dir: &Path) -> std::collections::BTreeMap<String, Vec<u8>> {
 #[ignore = "needs a Docker daemon and the Pub/Sub stand-in image (cargo xtask brokers images); .ci/run runs it with --ignored"]
 fn a_broker_container_dying_mid_run_fails_the_run_names_the_broker_and_leaves_the_ledger() {
     let ledger = scratch_ledger();
-    for file in ["runs.jsonl", "LEDGER.md"] {
+    for file in ["runs.jsonl", "LEDGER.md", "LEDGER.svg"] {
         std::fs::copy(root().join("ledger").join(file), ledger.path().join(file)).unwrap();
     }
     let before = ledger_files(ledger.path());
