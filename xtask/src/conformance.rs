@@ -137,29 +137,52 @@ pub(crate) fn cargo() -> Command {
     Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
 }
 
-fn build_test_binary(transport: &str, feature: &str, brokers: Brokers) -> Result<PathBuf> {
-    // A transport with a broker gets testcontainers unless the run rules containers out.
-    let features = if transport != "memory" && brokers.may_use_containers() {
-        format!("{feature},providers/containers")
-    } else {
-        feature.to_owned()
-    };
-    let output = cargo()
-        .current_dir(root())
-        .args(["test", "--package", "generated", "--no-default-features", "--features", &features])
-        .args(["--test", transport, "--no-run", "--message-format=json-render-diagnostics"])
+/// Builds the test binaries of `transports` (name, feature) from the workspace at `workspace`
+/// (into `target_dir` when given, else cargo's default), in
+/// one cargo call with the union of their features: the workspace crates compile once for the
+/// whole run instead of once per transport's feature set. A transport with a broker gets
+/// testcontainers unless `brokers` rules containers out.
+pub(crate) fn build_test_binaries(
+    workspace: &Path,
+    target_dir: Option<&Path>,
+    transports: &[(&str, &str)],
+    brokers: Brokers,
+) -> Result<BTreeMap<String, PathBuf>> {
+    let mut features: Vec<&str> = transports.iter().map(|(_, feature)| *feature).collect();
+    if transports.iter().any(|(transport, _)| *transport != "memory") && brokers.may_use_containers() {
+        features.push("providers/containers");
+    }
+    let mut command = cargo();
+    command.current_dir(workspace).args(["test", "--package", "generated", "--no-default-features"]);
+    if let Some(target_dir) = target_dir {
+        command.env("CARGO_TARGET_DIR", target_dir);
+    }
+    command.args(["--features", &features.join(",")]);
+    for (transport, _) in transports {
+        command.args(["--test", transport]);
+    }
+    let output = command
+        .args(["--no-run", "--message-format=json-render-diagnostics"])
         .stderr(Stdio::inherit())
         .output()
         .context("cannot run cargo")?;
     if !output.status.success() {
-        bail!("building the {transport} conformance tests failed ({})", output.status);
+        bail!("building the conformance tests in {} failed ({})", workspace.display(), output.status);
     }
-    String::from_utf8_lossy(&output.stdout)
-        .lines()
-        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
-        .find(|message| message["reason"] == "compiler-artifact" && message["target"]["name"] == transport)
-        .and_then(|artifact| artifact["executable"].as_str().map(PathBuf::from))
-        .with_context(|| format!("cargo built no {transport} test executable"))
+    let mut executables = BTreeMap::new();
+    for line in String::from_utf8_lossy(&output.stdout).lines() {
+        let Ok(message) = serde_json::from_str::<serde_json::Value>(line) else { continue };
+        let name = message["target"]["name"].as_str().unwrap_or_default();
+        if let (true, Some(executable)) = (message["reason"] == "compiler-artifact", message["executable"].as_str()) {
+            executables.insert(name.to_owned(), PathBuf::from(executable));
+        }
+    }
+    for (transport, _) in transports {
+        if !executables.contains_key(*transport) {
+            bail!("cargo built no {transport} test executable");
+        }
+    }
+    Ok(executables)
 }
 
 /// The names of the tests `filters` select (all when empty).
@@ -426,14 +449,18 @@ pub fn run(args: &Args) -> Result<()> {
     generator::generate(&root, generator::Mode::Check).context("generated/ must be fresh before a conformance run")?;
 
     // Build everything first, so the progress count covers the whole matrix.
-    let mut binaries = Vec::new();
     eprintln!("brokers: {} (each transport says below which source it used)", args.brokers.name());
-    for (transport, feature) in &selection.transports {
-        if args.brokers.may_use_local() {
+    if args.brokers.may_use_local() {
+        for (transport, _) in &selection.transports {
             crate::brokers::install(transport)?;
         }
-        eprintln!("building the {transport} conformance tests (feature {feature})");
-        let executable = build_test_binary(transport, feature, args.brokers)?;
+    }
+    let names: Vec<&str> = selection.transports.iter().map(|(transport, _)| *transport).collect();
+    eprintln!("building the conformance tests of {}", names.join(", "));
+    let mut executables = build_test_binaries(&root, None, &selection.transports, args.brokers)?;
+    let mut binaries = Vec::new();
+    for (transport, _) in &selection.transports {
+        let executable = executables.remove(*transport).expect("build_test_binaries checks every transport");
         binaries.push((*transport, executable, selection.filters(&manifest, transport)));
     }
     let limits =

@@ -10,7 +10,6 @@ mod scratch;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
-use std::process::Stdio;
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
@@ -46,29 +45,17 @@ struct Transport {
     configurations: Vec<String>,
 }
 
-/// Builds every selected transport's test binary in the scratch copy, in one cargo call.
-fn build(scratch: &Scratch, transports: &[&Transport], label: &str) -> Result<BTreeMap<String, PathBuf>> {
-    let features: Vec<&str> = transports.iter().map(|t| t.feature.as_str()).collect();
-    let output = conformance::cargo()
-        .current_dir(&scratch.root)
-        .env("CARGO_TARGET_DIR", root().join("target"))
-        .args(["test", "--package", "generated", "--no-default-features", "--features", &features.join(",")])
-        .args(["--tests", "--no-run", "--message-format=json-render-diagnostics"])
-        .stderr(Stdio::inherit())
-        .output()
-        .context("cannot run cargo")?;
-    if !output.status.success() {
-        bail!("{label}: the scratch workspace does not build ({}); a mutant must compile", output.status);
-    }
-    let mut executables = BTreeMap::new();
-    for line in String::from_utf8_lossy(&output.stdout).lines() {
-        let Ok(message) = serde_json::from_str::<serde_json::Value>(line) else { continue };
-        let name = message["target"]["name"].as_str().unwrap_or_default();
-        if let (true, Some(executable)) = (message["reason"] == "compiler-artifact", message["executable"].as_str()) {
-            executables.insert(name.to_owned(), PathBuf::from(executable));
-        }
-    }
-    Ok(executables)
+/// Builds every selected transport's test binary in the scratch copy, in one cargo call, into
+/// the project's target folder (the scratch copy is a workspace of its own path).
+fn build(
+    scratch: &Scratch,
+    transports: &[&Transport],
+    label: &str,
+    brokers: Brokers,
+) -> Result<BTreeMap<String, PathBuf>> {
+    let selected: Vec<(&str, &str)> = transports.iter().map(|t| (t.name.as_str(), t.feature.as_str())).collect();
+    conformance::build_test_binaries(&scratch.root, Some(&root().join("target")), &selected, brokers)
+        .with_context(|| format!("{label}: the scratch workspace does not build; a mutant must compile"))
 }
 
 /// Runs the transports' cells on the scratch copy as it is now.
@@ -84,7 +71,7 @@ fn measure(
         "mutants: {label}: building {}",
         transports.iter().map(|t| t.name.as_str()).collect::<Vec<_>>().join(", ")
     );
-    let executables = build(scratch, transports, label)?;
+    let executables = build(scratch, transports, label, brokers)?;
     let modules: BTreeMap<String, &str> =
         manifest.configurations.iter().map(|c| (c.module(), c.name.as_str())).collect();
     let mut passes = CellPasses::new();
