@@ -81,9 +81,7 @@ impl Ledger {
         text
     }
 
-    /// Writes the ledger to `path` atomically: the text goes to a temporary
-    /// file in the same directory, which is then renamed over `path`, so a
-    /// reader (or a crash) sees either the old file or the new one.
+    /// Writes the ledger to `path` atomically (see [`write_atomically`]).
     pub fn save(&self, path: &Path) -> Result<(), LedgerError> {
         // Cells added through `ensure_cells`/`apply` are not validated on the
         // way in; refuse here rather than write a file the next load rejects.
@@ -94,21 +92,29 @@ impl Ledger {
                 problem,
             })?;
         }
-        let write_error = |error| LedgerError::Write { path: path.to_owned(), error };
-        let dir = match path.parent() {
-            Some(dir) if !dir.as_os_str().is_empty() => dir,
-            _ => Path::new("."),
-        };
-        // On any error below, dropping `temp` deletes the temporary file.
-        let mut temp = NamedTempFile::new_in(dir).map_err(write_error)?;
-        temp.write_all(self.to_text().as_bytes()).map_err(write_error)?;
-        if let Some(permissions) = permissions_for(path) {
-            fs::set_permissions(temp.path(), permissions).map_err(write_error)?;
-        }
-        temp.as_file().sync_all().map_err(write_error)?;
-        temp.persist(path).map_err(|e| write_error(e.error))?;
-        Ok(())
+        write_atomically(path, &self.to_text())
     }
+}
+
+/// Writes `text` to `path` atomically: the text goes to a temporary file in
+/// the same directory, which is then renamed over `path`, so a reader (or a
+/// crash) sees either the old file or the new one. Every file the ledger
+/// crate's callers write (cells, rendered pages) goes through here.
+pub fn write_atomically(path: &Path, text: &str) -> Result<(), LedgerError> {
+    let write_error = |error| LedgerError::Write { path: path.to_owned(), error };
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    // On any error below, dropping `temp` deletes the temporary file.
+    let mut temp = NamedTempFile::new_in(dir).map_err(write_error)?;
+    temp.write_all(text.as_bytes()).map_err(write_error)?;
+    if let Some(permissions) = permissions_for(path) {
+        fs::set_permissions(temp.path(), permissions).map_err(write_error)?;
+    }
+    temp.as_file().sync_all().map_err(write_error)?;
+    temp.persist(path).map_err(|e| write_error(e.error))?;
+    Ok(())
 }
 
 /// The permissions the saved file should have. Temporary files are created
