@@ -5,7 +5,9 @@ mod conformance;
 mod ledger_tasks;
 mod libtest;
 mod mutants;
+mod record;
 mod selection;
+mod shard;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
