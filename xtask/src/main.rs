@@ -8,6 +8,7 @@ mod mutants;
 mod record;
 mod selection;
 mod shard;
+mod workflows;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -52,6 +53,8 @@ enum Task {
         #[arg(long, value_enum, value_name = "SOURCE")]
         brokers: Option<conformance::Brokers>,
     },
+    /// Lint .github/workflows with actionlint (the pinned version, installed into .brokers/bin with Go)
+    LintWorkflows,
 }
 
 /// Enough libtest threads for every cell of the largest generated binary (96).
@@ -112,6 +115,7 @@ fn main() -> ExitCode {
         Task::Ledger(task) => ledger_tasks::run(task),
         Task::Brokers(task) => brokers::run(task),
         Task::Test { brokers } => test(brokers),
+        Task::LintWorkflows => workflows::run(),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
