@@ -509,7 +509,8 @@ fn slice(spec: crate::shard::Spec, ledger_dir: &Path, selection: &mut Selection,
     let plan = crate::shard::plan(&weights, spec.count);
     let full = crate::shard::SelectionRecord::of(selection, every_variant);
     let mine = &plan[spec.index as usize - 1];
-    eprintln!("shard {spec}: {} of {} configuration(s): {}", mine.len(), names.len(), mine.join(", "));
+    let listed = if mine.is_empty() { "none".to_owned() } else { mine.join(", ") };
+    eprintln!("shard {spec}: {} of {} configuration(s): {listed}", mine.len(), names.len());
     selection.configurations.retain(|c| mine.contains(&c.name));
     let kept: BTreeSet<&str> = selection.configurations.iter().map(|c| c.transport.as_str()).collect();
     selection.transports.retain(|(transport, _)| kept.contains(transport));
