@@ -48,7 +48,10 @@ fn a_hand_edit_in_generated_fails_the_check_with_a_diff_and_the_fix() {
     assert!(matches!(error, GenerateError::Stale { count: 1, .. }), "{error}");
     let message = error.to_string();
     assert!(message.contains("generated/tests/memory/memory/reactor/fr_23.rs"), "{message}");
-    assert!(message.contains("-        const R: i32 = 30;") && message.contains("+        const R: i32 = 3;"), "{message}");
+    assert!(
+        message.contains("-        const R: i32 = 30;") && message.contains("+        const R: i32 = 3;"),
+        "{message}"
+    );
     assert!(message.contains("Run `cargo xtask generate` to regenerate"), "{message}");
 
     // Write mode repairs it, and the output is byte-identical to what was checked in.

@@ -1,6 +1,8 @@
 //! `cargo xtask conformance`: build each selected transport's test binary, run every cell
 //! (ignored ones too, so a Deferred cell that now passes is seen), map results to ledger cells,
 //! apply the update rules, record the run, and regenerate so Fixed cells lose their ignore.
+//! With `--shard K/N --out DIR` it runs only its shard's configurations and writes their results
+//! to DIR for `cargo xtask ledger merge` instead (see `shard`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader};
@@ -61,6 +63,13 @@ pub struct Args {
     /// Passed to the test binaries as CONFORMANCE_BROKERS
     #[arg(long, value_enum, value_name = "SOURCE", default_value_t = Brokers::Auto)]
     brokers: Brokers,
+    /// Run only shard K of N (whole configurations, balanced by their recorded durations) and
+    /// write its results to --out instead of the ledger; `cargo xtask ledger merge` applies them
+    #[arg(long, value_name = "K/N", requires = "out", conflicts_with = "repeat")]
+    shard: Option<crate::shard::Spec>,
+    /// The folder a --shard run writes shard-K-of-N.json into (required with --shard)
+    #[arg(long, value_name = "DIR", requires = "shard")]
+    out: Option<PathBuf>,
 }
 
 /// The broker sources of `providers::source`, which resolves them inside each test binary.
@@ -432,7 +441,7 @@ pub fn run(args: &Args) -> Result<()> {
     let root = root();
     let manifest = Manifest::load(&root.join(generator::MANIFEST), &root.join("templates"))?;
     let default_dir = root.join("ledger");
-    let ledger_dir = args.ledger_dir.clone().unwrap_or_else(|| default_dir.clone());
+    let ledger_dir = args.ledger_dir.clone().unwrap_or(default_dir);
     let cells_path = ledger_dir.join("cells.tsv");
     let mut ledger = Ledger::load(&cells_path)?;
     let asked = selection::Asked {
@@ -441,12 +450,22 @@ pub fn run(args: &Args) -> Result<()> {
         behaviours: args.behaviours.clone(),
         variants: args.variants.clone(),
     };
-    let selection = Selection::new(&manifest, &asked)?;
+    let mut selection = Selection::new(&manifest, &asked)?;
     let modules: BTreeMap<String, &str> =
         manifest.configurations.iter().map(|c| (c.module(), c.name.as_str())).collect();
     // The binaries are built from generated/: stale code would test what the templates no
     // longer say.
     generator::generate(&root, generator::Mode::Check).context("generated/ must be fresh before a conformance run")?;
+    let every_variant = selection.every_variant(&manifest);
+    let shard = match args.shard {
+        Some(spec) => Some(slice(spec, &ledger_dir, &mut selection, every_variant)?),
+        None => None,
+    };
+    if let Some(shard) = shard.as_ref().filter(|_| selection.configurations.is_empty()) {
+        let path = shard.write(&[], None, args.out.as_deref().expect("clap: --shard requires --out"))?;
+        eprintln!("shard {}: its slice is empty (no configuration assigned); wrote {}", shard.spec, path.display());
+        return Ok(());
+    }
 
     // Build everything first, so the progress count covers the whole matrix.
     eprintln!("brokers: {} (each transport says below which source it used)", args.brokers.name());
@@ -472,9 +491,36 @@ pub fn run(args: &Args) -> Result<()> {
     }
     let runs = run_all(&root, args.brokers, &binaries, &selection, &modules, limits, Some(&ledger))?;
     // Every binary completed: only now may the ledger change.
+    let (results, timings) = cell_results(&runs, &selection, &modules);
+    let record = run_record(&runs, &modules, digest);
+    let applied = match &shard {
+        // A shard leaves the ledger alone; it says what the merge will find.
+        Some(shard) => {
+            let path = shard.write(&results, Some(record.clone()), args.out.as_deref().expect("clap"))?;
+            eprintln!("shard {}: wrote {} (apply with cargo xtask ledger merge)", shard.spec, path.display());
+            crate::record::preview(&ledger, &results, every_variant)
+        }
+        None => crate::record::apply(&root, &manifest, &ledger_dir, &mut ledger, &results, &record, every_variant)?,
+    };
+    if let Some(path) = &args.junit {
+        crate::conformance::junit::write(path, &runs, &modules)?;
+    }
+    print_summary(&record, &applied.report, &timings, &runs);
+    if !applied.problems.is_empty() {
+        bail!("{}", applied.problems.join("\n"));
+    }
+    Ok(())
+}
+
+/// Each selected cell's result over both variants, and its slowest variant's time.
+fn cell_results(
+    runs: &[BinaryRun],
+    selection: &Selection,
+    modules: &BTreeMap<String, &str>,
+) -> (Vec<CellResult>, BTreeMap<CellId, Duration>) {
     let mut results = Vec::new();
     let mut timings: BTreeMap<CellId, Duration> = BTreeMap::new();
-    for run in &runs {
+    for run in runs {
         for configuration in &run.configurations {
             for &behaviour in &selection.behaviours {
                 let cell = CellId::new(configuration.clone(), behaviour);
@@ -498,44 +544,49 @@ pub fn run(args: &Args) -> Result<()> {
             }
         }
     }
-    let report = ledger.apply(&results);
-    ledger.save(&cells_path)?;
-    let record = run_record(&runs, &modules, digest);
-    ledger::append_run(&ledger_dir.join("runs.jsonl"), &record)?;
-    if ledger_dir == default_dir {
-        generator::generate(&root, generator::Mode::Write)?;
-    } else {
-        let rows: Vec<(&str, &str)> =
-            manifest.configurations.iter().map(|c| (c.name.as_str(), c.transport.as_str())).collect();
-        let runs = ledger::read_runs(&ledger_dir.join("runs.jsonl"))?;
-        let pages = ledger.render_pages(&rows, &manifest.behaviour_ids(), &runs);
-        ledger::pages::write_pages(&ledger_dir, &pages)?;
-    }
-    if let Some(path) = &args.junit {
-        crate::conformance::junit::write(path, &runs, &modules)?;
-    }
-    print_summary(&record, &report, &timings, &runs);
+    (results, timings)
+}
 
-    let mut problems = Vec::new();
-    for cell in &report.regressions {
-        problems.push(format!(
-            "regression: {cell} was {} and now fails",
-            ledger.get(cell).map_or("?".into(), ToString::to_string)
-        ));
+/// A --shard run's slice: plans the whole selection (see `shard`) and narrows `selection` to
+/// shard K's configurations.
+fn slice(spec: crate::shard::Spec, ledger_dir: &Path, selection: &mut Selection, every_variant: bool) -> Result<Slice> {
+    let runs_path = ledger_dir.join("runs.jsonl");
+    // A scratch ledger may have no history yet: every configuration then weighs the default.
+    let runs = if runs_path.exists() { ledger::read_runs(&runs_path)? } else { Vec::new() };
+    let names: Vec<&str> = selection.configurations.iter().map(|c| c.name.as_str()).collect();
+    let weights = crate::shard::weights(&runs, &names);
+    let plan = crate::shard::plan(&weights, spec.count);
+    let full = crate::shard::SelectionRecord::of(selection, every_variant);
+    let mine = &plan[spec.index as usize - 1];
+    let listed = if mine.is_empty() { "none".to_owned() } else { mine.join(", ") };
+    eprintln!("shard {spec}: {} of {} configuration(s): {listed}", mine.len(), names.len());
+    selection.configurations.retain(|c| mine.contains(&c.name));
+    let kept: BTreeSet<&str> = selection.configurations.iter().map(|c| c.transport.as_str()).collect();
+    selection.transports.retain(|(transport, _)| kept.contains(transport));
+    Ok(Slice { spec, selection: full, plan, digest: ledger::source_digest(&root())? })
+}
+
+/// What a --shard run writes besides its results.
+struct Slice {
+    spec: crate::shard::Spec,
+    selection: crate::shard::SelectionRecord,
+    plan: Vec<Vec<String>>,
+    digest: String,
+}
+
+impl Slice {
+    fn write(&self, results: &[CellResult], record: Option<RunRecord>, out: &Path) -> Result<PathBuf> {
+        crate::shard::ShardFile::new(
+            self.spec,
+            git_commit(),
+            self.digest.clone(),
+            self.selection.clone(),
+            self.plan.clone(),
+            results,
+            record,
+        )
+        .write(out)
     }
-    for cell in &report.failing {
-        problems.push(format!("failing: {cell} fails and is not Deferred (defer it with a reason, or fix it)"));
-    }
-    // A run narrowed to one variant cannot complete a cell; that is what was asked for.
-    if selection.every_variant(&manifest) {
-        for cell in &report.incomplete {
-            problems.push(format!("incomplete: {cell} did not run in both pump variants"));
-        }
-    }
-    if !problems.is_empty() {
-        bail!("{}", problems.join("\n"));
-    }
-    Ok(())
 }
 
 /// A built test binary and the filters selecting this run's tests in it.

@@ -1,8 +1,9 @@
 //! `cargo xtask ledger …`: show, defer, render and audit cells, read the run history
-//! (flakes, a cell's history), and the review diff (`ledger_diff`).
+//! (flakes, a cell's history), the review diff (`ledger_diff`), and merge the shards of a
+//! sharded conformance run.
 
 use std::collections::BTreeSet;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use clap::Subcommand;
@@ -47,6 +48,17 @@ pub enum LedgerTask {
     /// Report what changed in the ledger since a base commit, as one pull-request comment:
     /// status counts, changed cells, flakes of the new run records
     Diff(crate::ledger_diff::Args),
+    /// Apply the shards of a sharded run (`conformance --shard K/N --out DIR`) as one run: every
+    /// K of one N, same commit, sources and selection, no cell twice; one record in runs.jsonl
+    Merge {
+        /// The --out folders of the shards (each holds shard-K-of-N.json files)
+        #[arg(required = true, value_name = "DIR")]
+        dirs: Vec<PathBuf>,
+        /// The ledger folder to apply to. Default: the project's ledger/ (generated/ is then
+        /// regenerated, as after an unsharded run)
+        #[arg(long, value_name = "DIR")]
+        ledger_dir: Option<PathBuf>,
+    },
 }
 
 fn manifest() -> Result<Manifest> {
@@ -108,6 +120,9 @@ pub fn run(task: LedgerTask) -> Result<()> {
             lines.iter().for_each(|line| println!("{line}"));
         }
         LedgerTask::Diff(_) => unreachable!("handled above"),
+        LedgerTask::Merge { dirs, ledger_dir } => {
+            merge(&root, &manifest, &dirs, &ledger_dir.unwrap_or_else(|| root.join("ledger")))?
+        }
         LedgerTask::History { cell } => {
             check_cell(&manifest, &cell)?;
             // The status the runs below led to, so a failed result reads against it (a Deferred
@@ -120,6 +135,36 @@ pub fn run(task: LedgerTask) -> Result<()> {
                 lines.iter().for_each(|line| println!("{line}"));
             }
         }
+    }
+    Ok(())
+}
+
+/// `ledger merge`: the shards' union through the path an unsharded run takes.
+fn merge(root: &Path, manifest: &Manifest, dirs: &[PathBuf], ledger_dir: &Path) -> Result<()> {
+    let files = crate::shard::read_dirs(dirs)?;
+    let transports: Vec<&str> = manifest.transports().into_iter().map(|(t, _)| t).collect();
+    let merged = crate::shard::merge(&files, &transports)?;
+    let Some(record) = &merged.record else {
+        bail!("the {} shard(s) ran no cell: nothing to merge", merged.count);
+    };
+    let mut ledger = Ledger::load(&ledger_dir.join("cells.tsv"))?;
+    let applied =
+        crate::record::apply(root, manifest, ledger_dir, &mut ledger, &merged.results, record, merged.every_variant)?;
+    eprintln!(
+        "merged {} shard(s): {} cells, {} cell runs into {}",
+        merged.count,
+        merged.results.len(),
+        record.cells.len(),
+        ledger_dir.display()
+    );
+    for transition in &applied.report.transitions {
+        eprintln!("ledger: {} {} -> {}", transition.cell, transition.from, transition.to);
+    }
+    for cell in &applied.report.still_deferred {
+        eprintln!("still deferred: {cell}");
+    }
+    if !applied.problems.is_empty() {
+        bail!("{}", applied.problems.join("\n"));
     }
     Ok(())
 }

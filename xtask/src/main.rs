@@ -6,7 +6,10 @@ mod ledger_diff;
 mod ledger_tasks;
 mod libtest;
 mod mutants;
+mod record;
 mod selection;
+mod shard;
+mod workflows;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -51,6 +54,8 @@ enum Task {
         #[arg(long, value_enum, value_name = "SOURCE")]
         brokers: Option<conformance::Brokers>,
     },
+    /// Lint .github/workflows with actionlint (the pinned version, installed into .brokers/bin with Go)
+    LintWorkflows,
 }
 
 /// Enough libtest threads for every cell of the largest generated binary (96).
@@ -111,6 +116,7 @@ fn main() -> ExitCode {
         Task::Ledger(task) => ledger_tasks::run(task),
         Task::Brokers(task) => brokers::run(task),
         Task::Test { brokers } => test(brokers),
+        Task::LintWorkflows => workflows::run(),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

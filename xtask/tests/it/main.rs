@@ -258,3 +258,92 @@ fn a_broker_container_dying_mid_run_fails_the_run_names_the_broker_and_leaves_th
     let left = Command::new("docker").args(["ps", "-a", "-q", "--filter"]).arg(format!("id={id}")).output().unwrap();
     assert!(left.status.success() && left.stdout.is_empty(), "container {id} was left behind");
 }
+
+fn xtask(args: &[&str], paths: &[&Path]) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_xtask"));
+    command.args(args).args(paths).env_remove("CONFORMANCE_FAULT");
+    command.output().unwrap()
+}
+
+/// A run record with what differs between two runs of the same results blanked: when it ran and
+/// how long each cell and binary took.
+fn timeless(runs: &Path) -> serde_json::Value {
+    let text = std::fs::read_to_string(runs).unwrap();
+    let records: Vec<&str> = text.lines().collect();
+    assert_eq!(records.len(), 1, "one record per run, sharded or not: {text}");
+    let mut record: serde_json::Value = serde_json::from_str(records[0]).unwrap();
+    record["date"] = "-".into();
+    record["cells"].as_array_mut().unwrap().iter_mut().for_each(|cell| cell["duration_ms"] = 0.into());
+    record["configurations"].as_array_mut().unwrap().iter_mut().for_each(|run| run["wall_ms"] = 0.into());
+    record
+}
+
+/// LEDGER.md with the run dates in the last-runs table blanked.
+fn dateless(markdown: &Path) -> String {
+    let text = std::fs::read_to_string(markdown).unwrap();
+    text.lines()
+        .map(|line| match line.split(" | ").collect::<Vec<_>>().as_slice() {
+            [configuration, date, rest @ ..] if date.ends_with('Z') => {
+                format!("{configuration} | - | {}", rest.join(" | "))
+            }
+            _ => line.to_owned(),
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Memory has one configuration, so 2 shards are memory and an empty one: the merge must still
+/// count the empty shard, and write what an unsharded run writes (byte for byte in cells.tsv; in
+/// runs.jsonl and LEDGER.md up to the dates and durations, which two real runs cannot share; the
+/// byte-for-byte proof with fabricated results is `shard::tests` in the xtask binary).
+#[test]
+fn memory_in_two_shards_merged_writes_what_one_unsharded_run_writes() {
+    let (sharded, unsharded) = (scratch_ledger(), scratch_ledger());
+    let before = ledger_files(sharded.path());
+    let (one, two) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let shard = |spec: &str, out: &Path| {
+        let output =
+            xtask(&["conformance", "--shard", spec, "--out"], &[out, Path::new("--ledger-dir"), sharded.path()]);
+        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+        assert!(output.status.success(), "shard {spec}:\n{stderr}");
+        stderr
+    };
+    let stderr = shard("1/2", one.path());
+    assert!(stderr.contains("shard 1/2: 1 of 1 configuration(s): memory"), "{stderr}");
+    assert!(stderr.contains("[ 24/24]"), "the shard ran every memory cell: {stderr}");
+    let stderr = shard("2/2", two.path());
+    assert!(stderr.contains("shard 2/2: its slice is empty"), "{stderr}");
+    assert!(two.path().join("shard-2-of-2.json").exists(), "an empty shard still writes its file");
+    assert_eq!(ledger_files(sharded.path()), before, "a shard never touches the ledger");
+
+    let output = xtask(&["ledger", "merge"], &[one.path(), Path::new("--ledger-dir"), sharded.path()]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success());
+    assert!(stderr.contains("missing shard(s) 2/2; have 1/2 ("), "{stderr}");
+    assert_eq!(ledger_files(sharded.path()), before, "a refused merge leaves the ledger");
+
+    let output = xtask(&["ledger", "merge"], &[one.path(), two.path(), Path::new("--ledger-dir"), sharded.path()]);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let output = conformance(unsharded.path(), None);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+
+    let (a, b) = (sharded.path(), unsharded.path());
+    assert_eq!(std::fs::read(a.join("cells.tsv")).unwrap(), std::fs::read(b.join("cells.tsv")).unwrap());
+    assert_eq!(timeless(&a.join("runs.jsonl")), timeless(&b.join("runs.jsonl")));
+    assert_eq!(dateless(&a.join("LEDGER.md")), dateless(&b.join("LEDGER.md")));
+}
+
+#[test]
+fn a_bad_shard_is_refused_naming_the_valid_form() {
+    let out = tempfile::tempdir().unwrap();
+    for bad in ["3/2", "0/1", "two"] {
+        let output = xtask(&["conformance", "--shard", bad, "--out"], &[out.path()]);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success());
+        assert!(stderr.contains("valid form: K/N with 1 <= K <= N (e.g. 1/4)"), "{bad}: {stderr}");
+    }
+    let output = xtask(&["conformance", "--shard", "1/2"], &[]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success());
+    assert!(stderr.contains("--out <DIR>"), "--shard needs --out: {stderr}");
+}

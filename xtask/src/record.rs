@@ -1,0 +1,74 @@
+//! Writing a run's results into a ledger folder: the one path by which results become ledger
+//! state, shared by an unsharded `cargo xtask conformance` and `cargo xtask ledger merge`, so a
+//! merged sharded run cannot drift from an unsharded one. The update rules themselves are
+//! `ledger::Ledger::apply`; this module only sequences the writes around them.
+
+use std::path::Path;
+
+use anyhow::Result;
+use generator::Manifest;
+use ledger::{CellResult, Ledger, RunRecord, UpdateReport};
+
+/// What applying results did, and what fails the run.
+pub(crate) struct Applied {
+    pub(crate) report: UpdateReport,
+    /// One line per regression, failing cell and (when every variant ran) incomplete cell.
+    pub(crate) problems: Vec<String>,
+}
+
+/// Applies `results` to `ledger` by the update rules and writes the folder: `cells.tsv`
+/// (atomically), one `record` appended to `runs.jsonl`, and `LEDGER.md` with `LEDGER.svg`. For
+/// the project's own ledger/ the generated code is regenerated as well (a Fixed cell loses its
+/// `#[ignore]`; the generator also renders the pages); another folder gets only its pages.
+/// `every_variant`: whether the run covered both pump variants, so a cell missing one is a problem.
+pub(crate) fn apply(
+    root: &Path,
+    manifest: &Manifest,
+    ledger_dir: &Path,
+    ledger: &mut Ledger,
+    results: &[CellResult],
+    record: &RunRecord,
+    every_variant: bool,
+) -> Result<Applied> {
+    let report = ledger.apply(results);
+    ledger.save(&ledger_dir.join("cells.tsv"))?;
+    ledger::append_run(&ledger_dir.join("runs.jsonl"), record)?;
+    if ledger_dir == root.join("ledger") {
+        generator::generate(root, generator::Mode::Write)?;
+    } else {
+        let rows: Vec<(&str, &str)> =
+            manifest.configurations.iter().map(|c| (c.name.as_str(), c.transport.as_str())).collect();
+        let runs = ledger::read_runs(&ledger_dir.join("runs.jsonl"))?;
+        let pages = ledger.render_pages(&rows, &manifest.behaviour_ids(), &runs);
+        ledger::pages::write_pages(ledger_dir, &pages)?;
+    }
+    Ok(Applied { problems: problems(ledger, &report, every_variant), report })
+}
+
+/// What [`apply`] would report, on a copy: a shard's run says what the merge will find without
+/// touching the ledger.
+pub(crate) fn preview(ledger: &Ledger, results: &[CellResult], every_variant: bool) -> Applied {
+    let mut copy = ledger.clone();
+    let report = copy.apply(results);
+    Applied { problems: problems(&copy, &report, every_variant), report }
+}
+
+fn problems(ledger: &Ledger, report: &UpdateReport, every_variant: bool) -> Vec<String> {
+    let mut problems = Vec::new();
+    for cell in &report.regressions {
+        problems.push(format!(
+            "regression: {cell} was {} and now fails",
+            ledger.get(cell).map_or("?".into(), ToString::to_string)
+        ));
+    }
+    for cell in &report.failing {
+        problems.push(format!("failing: {cell} fails and is not Deferred (defer it with a reason, or fix it)"));
+    }
+    // A run narrowed to one variant cannot complete a cell; that is what was asked for.
+    if every_variant {
+        for cell in &report.incomplete {
+            problems.push(format!("incomplete: {cell} did not run in both pump variants"));
+        }
+    }
+    problems
+}
