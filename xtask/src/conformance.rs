@@ -40,12 +40,12 @@ pub struct Args {
     variants: Vec<String>,
     /// Stop a transport's test binary that runs longer than this, naming the cells still
     /// running; the ledger is left untouched
-    #[arg(long, value_name = "SECONDS", default_value_t = 1200, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, value_name = "SECONDS", default_value_t = Limits::DEFAULT.binary.as_secs(), value_parser = clap::value_parser!(u64).range(1..))]
     binary_timeout: u64,
     /// Fail a cell that runs longer than this with "timed out after N s waiting for <the harness
     /// step it was in>" (set-up and teardown included); the other cells go on. Passed to the test
     /// binaries as CONFORMANCE_CELL_TIMEOUT
-    #[arg(long, value_name = "SECONDS", default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, value_name = "SECONDS", default_value_t = Limits::DEFAULT.cell.as_secs(), value_parser = clap::value_parser!(u64).range(1..))]
     cell_timeout: u64,
     /// Run the selected tests N times and print each cell's pass rate (no reruns, no ledger
     /// change): a stability check before a cell is trusted
