@@ -42,6 +42,8 @@ const LAST_LINES: usize = 20;
 pub enum LocalError {
     #[error("cannot start {name} ({error}); run `cargo xtask brokers install {transport}` first")]
     Spawn { name: &'static str, transport: &'static str, error: std::io::Error },
+    #[error("{name} is not installed ({} is missing); run `{install}` first", .missing.display())]
+    NotInstalled { name: &'static str, missing: PathBuf, install: &'static str },
     #[error("{name} did not report ready within {ceiling:?}; its output:\n{}", .output.join("\n"))]
     NotReady { name: &'static str, ceiling: Duration, output: Vec<String> },
     #[error("{name} exited ({status}) while the tests ran; its last lines:\n{}", .last.join("\n"))]

@@ -318,7 +318,7 @@ fn provenance(transport: &str, announced: Option<&str>) -> ledger::BrokerProvena
         _ => format!("gateway {transport}"),
     };
     let version = match source {
-        "local" => crate::brokers::pinned_version(transport).unwrap_or_default(),
+        "local" => crate::brokers::pinned_version(transport, &implementation).unwrap_or_default(),
         "in-process" => env!("CARGO_PKG_VERSION").to_owned(),
         _ => String::new(),
     };
