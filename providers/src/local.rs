@@ -112,4 +112,16 @@ mod tests {
         assert!(message.starts_with("cannot start moto ("), "{message}");
         assert!(message.ends_with("); run `cargo xtask brokers install sqs` first"), "{message}");
     }
+
+    #[test]
+    fn a_broker_not_installed_names_what_is_missing_and_its_install_command() {
+        let missing = PathBuf::from(".brokers/sqs/elasticmq/classes/ElasticMqLauncher.class");
+        let install = "cargo xtask brokers install sqs --impl elasticmq";
+        let error = LocalError::NotInstalled { name: "elasticmq", missing, install };
+        assert_eq!(
+            error.to_string(),
+            "elasticmq is not installed (.brokers/sqs/elasticmq/classes/ElasticMqLauncher.class is missing); run \
+             `cargo xtask brokers install sqs --impl elasticmq` first"
+        );
+    }
 }
