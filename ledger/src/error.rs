@@ -76,6 +76,20 @@ pub enum ParseProblem {
 
     #[error("duplicate cell {cell}; it is already on line {first_line}")]
     DuplicateCell { cell: CellId, first_line: usize },
+
+    #[error(
+        "expected 5 or 6 tab-separated fields (configuration, behaviour, implementation, reactor, proactor, note), found {found}"
+    )]
+    FidelityFieldCount { found: usize },
+
+    #[error("unknown verdict {found:?}; expected one of Pass, Fail, NotRun")]
+    UnknownVerdict { found: String },
+
+    #[error("implementation {found:?} is not a name (lowercase ASCII letters, digits and '-')")]
+    Implementation { found: String },
+
+    #[error("duplicate row for {cell} on {implementation}; it is already on line {first_line}")]
+    DuplicateFidelityRow { cell: CellId, implementation: String, first_line: usize },
 }
 
 /// Field count and field names a line with `status` must have.

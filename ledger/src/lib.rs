@@ -4,7 +4,7 @@
 //!
 //! Modules, one concept each: [`cell`] (ids), [`status`], [`file`](mod@file) (parse,
 //! format, atomic save), [`update`] (applying test results), [`markdown`],
-//! [`svg`] (the matrix as a picture), [`pages`] (the rendered set, written together),
+//! [`svg`] (the matrix as a picture), [`fidelity`] (verdicts on a second broker implementation), [`pages`] (the rendered set, written together),
 //! [`audit`] (ledger vs `#[ignore]`d tests), [`runs`] (run history),
 //! [`evidence`] (what the history says of each cell), [`digest`] (the
 //! source digest a run is recorded at), [`diff`] (a change's effect on the
@@ -18,6 +18,7 @@ pub mod diff;
 pub mod digest;
 pub mod error;
 pub mod evidence;
+pub mod fidelity;
 pub mod file;
 pub mod markdown;
 pub mod pages;
@@ -31,6 +32,7 @@ pub use cell::{validate_configuration, Behaviour, CellId, NameError};
 pub use diff::LedgerDiff;
 pub use digest::source_digest;
 pub use error::{LedgerError, ParseProblem};
+pub use fidelity::{Fidelity, FidelityRow, Verdict};
 pub use runs::{
     append_run, check_runs, now_rfc3339, parse_runs, read_runs, BrokerProvenance, CellRun, ConfigurationRun, Flake,
     RunRecord,

@@ -13,6 +13,7 @@ pub mod containers;
 pub mod fault;
 #[cfg(feature = "gcp")]
 pub mod gcp;
+pub mod implementation;
 pub mod local;
 #[cfg(feature = "memory")]
 pub mod memory;

@@ -42,6 +42,8 @@ const LAST_LINES: usize = 20;
 pub enum LocalError {
     #[error("cannot start {name} ({error}); run `cargo xtask brokers install {transport}` first")]
     Spawn { name: &'static str, transport: &'static str, error: std::io::Error },
+    #[error("{name} is not installed ({} is missing); run `{install}` first", .missing.display())]
+    NotInstalled { name: &'static str, missing: PathBuf, install: &'static str },
     #[error("{name} did not report ready within {ceiling:?}; its output:\n{}", .output.join("\n"))]
     NotReady { name: &'static str, ceiling: Duration, output: Vec<String> },
     #[error("{name} exited ({status}) while the tests ran; its last lines:\n{}", .last.join("\n"))]
@@ -109,5 +111,17 @@ mod tests {
         let message = error.to_string();
         assert!(message.starts_with("cannot start moto ("), "{message}");
         assert!(message.ends_with("); run `cargo xtask brokers install sqs` first"), "{message}");
+    }
+
+    #[test]
+    fn a_broker_not_installed_names_what_is_missing_and_its_install_command() {
+        let missing = PathBuf::from(".brokers/sqs/elasticmq/classes/ElasticMqLauncher.class");
+        let install = "cargo xtask brokers install sqs --impl elasticmq";
+        let error = LocalError::NotInstalled { name: "elasticmq", missing, install };
+        assert_eq!(
+            error.to_string(),
+            "elasticmq is not installed (.brokers/sqs/elasticmq/classes/ElasticMqLauncher.class is missing); run \
+             `cargo xtask brokers install sqs --impl elasticmq` first"
+        );
     }
 }

@@ -2,7 +2,8 @@
 //!
 //! The broker, once per test binary, from the source `source::start` picks: the endpoint in
 //! `AWS_ENDPOINT_URL` (with the environment's credentials), LocalStack through testcontainers, or
-//! a local moto server installed by `cargo xtask brokers install sqs`.
+//! a local server installed by `cargo xtask brokers install sqs`: moto (the reference
+//! implementation), or ElasticMQ when `CONFORMANCE_SQS_IMPL=elasticmq` (see `implementation`).
 
 use std::process::Command;
 use std::sync::{Arc, OnceLock};
@@ -15,6 +16,7 @@ use gateway::{Channel, Producer};
 use crate::broker::ImageRef;
 use crate::builder::{CellBroker, CellNames, CellPlan};
 use crate::cell::Teardown;
+use crate::implementation::SqsImplementation;
 use crate::local::{self, LocalError, LocalProcess};
 use crate::source::{self, Definition, Running};
 
@@ -39,6 +41,38 @@ fn start_moto() -> Result<LocalProcess, LocalError> {
     local::start("moto", "sqs", command, port, "moto listening", Duration::from_secs(60))
 }
 
+/// ElasticMQ in a JVM, from the jars and launcher `cargo xtask brokers install sqs --impl
+/// elasticmq` puts under `.brokers/sqs/elasticmq`, with the project's config (loopback only).
+fn start_elasticmq() -> Result<LocalProcess, LocalError> {
+    let install = local::install_dir("sqs").join("elasticmq");
+    let launcher = install.join("classes/ElasticMqLauncher.class");
+    if !launcher.exists() {
+        let install = SqsImplementation::ElasticMq.install_command();
+        return Err(LocalError::NotInstalled { name: "elasticmq", missing: launcher, install });
+    }
+    let port = local::free_loopback_port();
+    let config = local::workspace_root().join("providers/brokers/elasticmq/elasticmq.conf");
+    let mut command = Command::new("java");
+    command
+        .args(["-Xms64m", "-Xmx256m", "-XX:+UseSerialGC"])
+        .arg(format!("-Dconfig.file={}", config.display()))
+        .arg(format!("-Drest-sqs.bind-port={port}"))
+        .arg(format!("-Dnode-address.port={port}"))
+        .arg("-cp")
+        .arg(format!("{}:{}", install.join("lib/*").display(), install.join("classes").display()))
+        .arg("ElasticMqLauncher");
+    // The JVM and Pekko start in 5 to 15 s on a loaded two-core machine.
+    local::start("elasticmq", "sqs", command, port, "elasticmq ready", Duration::from_secs(90))
+}
+
+/// The local server of the chosen implementation.
+fn start_local() -> Result<LocalProcess, LocalError> {
+    match SqsImplementation::from_environment() {
+        SqsImplementation::Moto => start_moto(),
+        SqsImplementation::ElasticMq => start_elasticmq(),
+    }
+}
+
 /// The SQS / SNS broker in each source (chosen by `source::start`).
 fn definition() -> Definition {
     Definition {
@@ -47,7 +81,7 @@ fn definition() -> Definition {
         image: ImageRef::from_environment("sqs", LOCALSTACK_IMAGE_VARIABLE, LOCALSTACK_IMAGE),
         #[cfg(feature = "containers")]
         container: Some(crate::containers::localstack),
-        local: start_moto,
+        local: start_local,
     }
 }
 
@@ -60,6 +94,18 @@ fn broker() -> &'static Broker {
     static BROKER: OnceLock<Broker> = OnceLock::new();
     BROKER.get_or_init(|| {
         let running = source::start(&definition());
+        // Only the local source runs the chosen implementation: a verdict from another source
+        // must not be recorded under ElasticMQ's name.
+        let implementation = SqsImplementation::from_environment();
+        if implementation != SqsImplementation::Moto && running.source() != "local" {
+            let why = format!(
+                "{}={} needs the local source (CONFORMANCE_BROKERS=local), but the broker came from {}",
+                crate::implementation::SQS_VARIABLE,
+                implementation.name(),
+                running.source()
+            );
+            crate::broker::fatal("sqs", &why);
+        }
         let connection = match running.loopback_address() {
             Some(address) => SqsConnection::local(&format!("http://{address}")),
             // From the environment: its endpoint and credentials. Loading them is async; a plain
@@ -151,6 +197,16 @@ impl CellBroker for SqsConfiguration {
 
     async fn channel(&self, plan: &CellPlan, created: &mut DeleteAll) -> Arc<dyn Channel> {
         let queue = &plan.names.routing_key;
+        let implementation = SqsImplementation::from_environment();
+        // `cargo xtask conformance --impl elasticmq` runs no SNS configuration; by hand, say why
+        // the cell cannot run rather than fail on a missing API.
+        assert!(
+            !self.sns || implementation.serves_sns(),
+            "{} has no SNS API: the {} configuration needs moto (unset {})",
+            implementation.name(),
+            self.name,
+            crate::implementation::SQS_VARIABLE
+        );
         let mut subscription = SqsSubscription::new(plan.subscription.clone());
         subscription.fifo = self.fifo;
         subscription.topic = self.sns.then(|| plan.names.publish_topic.clone());

@@ -15,12 +15,16 @@ use crate::root;
 
 #[derive(Subcommand)]
 pub enum BrokersTask {
-    /// Install the local broker of each transport (memory: nothing; sqs: moto in a venv; gcp: the pstest
-    /// launcher; rocketmq: the Apache RocketMQ jars and the project's launcher)
+    /// Install the local broker of each transport (memory: nothing; sqs: moto in a venv, or with
+    /// --impl elasticmq the ElasticMQ jars and the project's launcher; gcp: the pstest launcher;
+    /// rocketmq: the Apache RocketMQ jars and the project's launcher)
     Install {
         /// Transports to install for
         #[arg(required = true, value_name = "TRANSPORT")]
         transports: Vec<String>,
+        /// The SQS implementation to install (moto is the reference; elasticmq is for fidelity runs)
+        #[arg(long = "impl", value_enum, value_name = "IMPLEMENTATION", default_value_t = SqsImpl::Moto)]
+        implementation: SqsImpl,
     },
     /// Build local stand-in broker images for engines that cannot pull (gcp: the pstest launcher FROM scratch)
     Images,
@@ -34,9 +38,46 @@ pub const PUBSUB_STAND_IN: &str = "localhost/conformance-pstest:pubsub-v2.9.0";
 /// The transports with a local broker, and the ones that need none.
 pub const INSTALLABLE: [&str; 4] = ["memory", "sqs", "gcp", "rocketmq"];
 
+/// The SQS implementations of `providers::implementation` (xtask does not link providers), as
+/// CONFORMANCE_SQS_IMPL names them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum SqsImpl {
+    /// moto: SQS and SNS; the reference implementation of the main ledger
+    Moto,
+    /// ElasticMQ: SQS only; recorded in the fidelity table
+    #[value(name = "elasticmq")]
+    ElasticMq,
+}
+
+impl SqsImpl {
+    pub const VARIABLE: &'static str = "CONFORMANCE_SQS_IMPL";
+
+    pub fn name(self) -> &'static str {
+        match self {
+            SqsImpl::Moto => "moto",
+            SqsImpl::ElasticMq => "elasticmq",
+        }
+    }
+
+    /// The reference implementation, whose verdicts the main ledger records.
+    pub fn is_reference(self) -> bool {
+        self == SqsImpl::Moto
+    }
+
+    /// The SQS configurations it can carry (ElasticMQ has no SNS API).
+    pub fn serves(self, configuration: &str) -> bool {
+        self == SqsImpl::Moto || !configuration.starts_with("sns")
+    }
+}
+
 pub fn run(task: BrokersTask) -> Result<()> {
     match task {
-        BrokersTask::Install { transports } => transports.iter().try_for_each(|transport| install(transport)),
+        BrokersTask::Install { transports, implementation } => {
+            if implementation != SqsImpl::Moto && transports.iter().any(|t| t != "sqs") {
+                bail!("brokers install --impl {}: only sqs has a second implementation", implementation.name());
+            }
+            transports.iter().try_for_each(|transport| install_implementation(transport, implementation))
+        }
         BrokersTask::Images => images(),
     }
 }
@@ -69,6 +110,14 @@ fn images() -> Result<()> {
         started.elapsed().as_secs_f64()
     );
     Ok(())
+}
+
+/// Installs `transport`'s local broker, in `implementation` for sqs.
+pub fn install_implementation(transport: &str, implementation: SqsImpl) -> Result<()> {
+    match (transport, implementation) {
+        ("sqs", SqsImpl::ElasticMq) => install_elasticmq(),
+        _ => install(transport),
+    }
 }
 
 pub fn install(transport: &str) -> Result<()> {
@@ -197,20 +246,61 @@ fn install_rocketmq() -> Result<()> {
     )
 }
 
-/// The version of `transport`'s local broker the project pins: moto in requirements-sqs.txt,
-/// the Pub/Sub module behind pstest in its go.mod, Apache RocketMQ in its pom.
-pub fn pinned_version(transport: &str) -> Option<String> {
+/// ElasticMQ's server from Maven Central, pinned in providers/brokers/elasticmq/pom.xml, and the
+/// project's launcher compiled against it, under .brokers/sqs/elasticmq; run with the machine's
+/// Java. The same steps as RocketMQ's.
+fn install_elasticmq() -> Result<()> {
+    let root = root();
+    let source = root.join("providers/brokers/elasticmq");
+    let install = root.join(".brokers/sqs/elasticmq");
+    let launcher = install.join("classes/ElasticMqLauncher.class");
+    if up_to_date(&launcher, &source, &["pom.xml", "ElasticMqLauncher.java"]) {
+        return Ok(());
+    }
+    eprintln!("brokers: fetching the ElasticMQ jars from Maven Central into {}", install.join("lib").display());
+    let lib = install.join("lib");
+    if lib.exists() {
+        std::fs::remove_dir_all(&lib).with_context(|| format!("cannot clear {}", lib.display()))?;
+    }
+    run_quietly(
+        Command::new("mvn")
+            .args(["--batch-mode", "--quiet", "-f"])
+            .arg(source.join("pom.xml"))
+            .arg("dependency:copy-dependencies")
+            .arg(format!("-DoutputDirectory={}", lib.display())),
+        "fetch the ElasticMQ jars with mvn dependency:copy-dependencies",
+    )?;
+    run_quietly(
+        Command::new("javac")
+            .arg("-cp")
+            .arg(lib.join("*"))
+            .arg("-d")
+            .arg(install.join("classes"))
+            .arg(source.join("ElasticMqLauncher.java")),
+        "compile the ElasticMQ launcher with javac",
+    )
+}
+
+/// The version of `transport`'s local broker the project pins, for the implementation a run
+/// announced (`elasticmq`; any other name means the transport's one or reference implementation):
+/// moto in requirements-sqs.txt, ElasticMQ in its pom, the Pub/Sub module behind pstest in its
+/// go.mod, Apache RocketMQ in its pom.
+pub fn pinned_version(transport: &str, implementation: &str) -> Option<String> {
     let brokers = root().join("providers/brokers");
-    let (file, find): (&str, fn(&str) -> Option<String>) = match transport {
-        "sqs" => {
+    let (file, find): (&str, fn(&str) -> Option<String>) = match (transport, implementation) {
+        ("sqs", "elasticmq") => ("elasticmq/pom.xml", |line| {
+            let rest = line.trim().strip_prefix("<elasticmq.version>")?;
+            Some(format!("ElasticMQ {}", rest.strip_suffix("</elasticmq.version>")?))
+        }),
+        ("sqs", _) => {
             ("requirements-sqs.txt", |line| line.strip_prefix("moto[server]==").map(|v| format!("moto {}", v.trim())))
         }
-        "gcp" => ("pstest/go.mod", |line| {
+        ("gcp", _) => ("pstest/go.mod", |line| {
             line.trim()
                 .strip_prefix("require cloud.google.com/go/pubsub/v2 ")
                 .map(|v| format!("pubsub pstest {}", v.trim()))
         }),
-        "rocketmq" => ("rocketmq/pom.xml", |line| {
+        ("rocketmq", _) => ("rocketmq/pom.xml", |line| {
             let rest = line.trim().strip_prefix("<rocketmq.version>")?;
             Some(format!("Apache RocketMQ {}", rest.strip_suffix("</rocketmq.version>")?))
         }),

@@ -14,6 +14,7 @@ use anyhow::{bail, Context, Result};
 use generator::Manifest;
 use ledger::{Behaviour, CellId, CellResult, ConfigurationRun, Ledger, RunRecord, Status, VariantResult};
 
+use crate::brokers::SqsImpl;
 use crate::libtest::{self, TestResult};
 use crate::root;
 use crate::selection::{self, Selection};
@@ -70,6 +71,12 @@ pub struct Args {
     /// The folder a --shard run writes shard-K-of-N.json into (required with --shard)
     #[arg(long, value_name = "DIR", requires = "shard")]
     out: Option<PathBuf>,
+    /// The SQS implementation the sqs transport runs against: moto (the reference, recorded in
+    /// the ledger) or elasticmq (recorded in ledger/fidelity.tsv and FIDELITY.md, never in
+    /// cells.tsv; covers sqs and sqs-fifo only, as ElasticMQ has no SNS). Passed to the test
+    /// binaries as CONFORMANCE_SQS_IMPL; elasticmq needs the local broker source
+    #[arg(long = "impl", value_enum, value_name = "IMPLEMENTATION", default_value_t = SqsImpl::Moto, conflicts_with = "shard")]
+    implementation: SqsImpl,
 }
 
 /// The broker sources of `providers::source`, which resolves them inside each test binary.
@@ -126,13 +133,13 @@ pub(crate) struct Finished {
     elapsed: Duration,
 }
 
-struct BinaryRun {
-    configurations: Vec<String>,
-    finished: Vec<Finished>,
-    failures: BTreeMap<String, String>,
-    wall: Duration,
+pub(crate) struct BinaryRun {
+    pub(crate) configurations: Vec<String>,
+    pub(crate) finished: Vec<Finished>,
+    pub(crate) failures: BTreeMap<String, String>,
+    pub(crate) wall: Duration,
     flakes: Vec<Flaked>,
-    broker: ledger::BrokerProvenance,
+    pub(crate) broker: ledger::BrokerProvenance,
 }
 
 /// A test that failed, then passed when run again alone.
@@ -229,6 +236,9 @@ pub(crate) struct BinaryCall<'a> {
     pub workspace: &'a Path,
     pub transport: &'a str,
     pub brokers: Brokers,
+    /// Always passed to the binary, so a CONFORMANCE_SQS_IMPL left in the shell cannot put
+    /// another implementation's verdicts in the ledger.
+    pub implementation: SqsImpl,
     pub executable: &'a Path,
     /// libtest filters (a test runs when any matches); empty runs every test.
     pub filters: Vec<String>,
@@ -260,6 +270,7 @@ pub(crate) fn run_binary(call: &BinaryCall, done: &mut usize, total: usize) -> R
         .args(["--include-ignored", "--test-threads", &tests.len().clamp(1, 64).to_string()])
         .args(&call.filters)
         .env(Brokers::VARIABLE, brokers.name())
+        .env(SqsImpl::VARIABLE, call.implementation.name())
         .env(CELL_TIMEOUT_VARIABLE, call.limits.cell.as_secs().to_string())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -350,7 +361,7 @@ fn provenance(transport: &str, announced: Option<&str>) -> ledger::BrokerProvena
         _ => format!("gateway {transport}"),
     };
     let version = match source {
-        "local" => crate::brokers::pinned_version(transport).unwrap_or_default(),
+        "local" => crate::brokers::pinned_version(transport, &implementation).unwrap_or_default(),
         "in-process" => env!("CARGO_PKG_VERSION").to_owned(),
         _ => String::new(),
     };
@@ -444,9 +455,11 @@ pub fn run(args: &Args) -> Result<()> {
     let ledger_dir = args.ledger_dir.clone().unwrap_or(default_dir);
     let cells_path = ledger_dir.join("cells.tsv");
     let mut ledger = Ledger::load(&cells_path)?;
+    let brokers = brokers_for(args.brokers, args.implementation)?;
+    let configurations = configurations_for(&manifest, args.implementation, &args.transports, &args.configurations)?;
     let asked = selection::Asked {
         transports: args.transports.clone(),
-        configurations: args.configurations.clone(),
+        configurations: configurations.clone(),
         behaviours: args.behaviours.clone(),
         variants: args.variants.clone(),
     };
@@ -468,15 +481,15 @@ pub fn run(args: &Args) -> Result<()> {
     }
 
     // Build everything first, so the progress count covers the whole matrix.
-    eprintln!("brokers: {} (each transport says below which source it used)", args.brokers.name());
-    if args.brokers.may_use_local() {
+    eprintln!("brokers: {} (each transport says below which source it used)", brokers.name());
+    if brokers.may_use_local() {
         for (transport, _) in &selection.transports {
-            crate::brokers::install(transport)?;
+            crate::brokers::install_implementation(transport, args.implementation)?;
         }
     }
     let names: Vec<&str> = selection.transports.iter().map(|(transport, _)| *transport).collect();
     eprintln!("building the conformance tests of {}", names.join(", "));
-    let mut executables = build_test_binaries(&root, None, &selection.transports, args.brokers)?;
+    let mut executables = build_test_binaries(&root, None, &selection.transports, brokers)?;
     let mut binaries = Vec::new();
     for (transport, _) in &selection.transports {
         let executable = executables.remove(*transport).expect("build_test_binaries checks every transport");
@@ -486,13 +499,29 @@ pub fn run(args: &Args) -> Result<()> {
         Limits { binary: Duration::from_secs(args.binary_timeout), cell: Duration::from_secs(args.cell_timeout) };
     // What the cells are about to exercise: evidence is tied to these sources.
     let digest = ledger::source_digest(&root)?;
+    let run_with = RunWith { brokers, implementation: args.implementation };
     if args.repeat > 1 {
-        return repeat(&root, args, &binaries, &selection, &modules, limits, &ledger);
+        return repeat(&root, args, run_with, &binaries, &selection, &modules, limits, &ledger);
     }
-    let runs = run_all(&root, args.brokers, &binaries, &selection, &modules, limits, Some(&ledger))?;
-    // Every binary completed: only now may the ledger change.
+    let runs = run_all(&root, run_with, &binaries, &selection, &modules, limits, Some(&ledger))?;
+    // Every binary completed: only now may the ledger (or the fidelity table) change.
     let (results, timings) = cell_results(&runs, &selection, &modules);
     let record = run_record(&runs, &modules, digest);
+    if !args.implementation.is_reference() {
+        let fidelity = crate::fidelity::FidelityRun {
+            ledger_dir: &ledger_dir,
+            implementation: args.implementation,
+            results: &results,
+            runs: &runs,
+            modules: &modules,
+            not_run: not_served(&manifest, args.implementation, &args.transports),
+            behaviours: &selection.behaviours,
+            ledger: &ledger,
+        };
+        fidelity.record(&record)?;
+        print_summary(&record, &ledger::UpdateReport::default(), &timings, &runs);
+        return Ok(());
+    }
     let applied = match &shard {
         // A shard leaves the ledger alone; it says what the merge will find.
         Some(shard) => {
@@ -589,6 +618,76 @@ impl Slice {
     }
 }
 
+/// What the test binaries are told about their brokers.
+#[derive(Clone, Copy)]
+struct RunWith {
+    brokers: Brokers,
+    implementation: SqsImpl,
+}
+
+/// The broker source a run uses: a second implementation exists only as a local process, so
+/// `--impl elasticmq` turns `auto` into `local` and refuses `env` and `containers` (their broker
+/// is whatever the endpoint or image is, which would be recorded under the wrong name).
+fn brokers_for(brokers: Brokers, implementation: SqsImpl) -> Result<Brokers> {
+    match (implementation.is_reference(), brokers) {
+        (true, brokers) => Ok(brokers),
+        (false, Brokers::Auto | Brokers::Local) => Ok(Brokers::Local),
+        (false, other) => bail!(
+            "--impl {} runs the local {} server; --brokers {} cannot give it (valid choices with --impl {0}: auto, local)",
+            implementation.name(),
+            implementation.name(),
+            other.name()
+        ),
+    }
+}
+
+/// The configurations a run asks for: with a second implementation, only sqs, and of it only the
+/// configurations the implementation serves (all of them when none is named). The others are
+/// recorded as not run (see [`not_served`]), never silently dropped.
+fn configurations_for(
+    manifest: &Manifest,
+    implementation: SqsImpl,
+    transports: &[String],
+    asked: &[String],
+) -> Result<Vec<String>> {
+    if implementation.is_reference() {
+        return Ok(asked.to_vec());
+    }
+    let name = implementation.name();
+    if transports.iter().any(|t| t != "sqs") || (transports.is_empty() && asked.is_empty()) {
+        bail!("--impl {name}: only the sqs transport has a second implementation; run it with --transport sqs");
+    }
+    let sqs = manifest.configurations.iter().filter(|c| c.transport == "sqs").map(|c| c.name.as_str());
+    if asked.is_empty() {
+        return Ok(sqs.filter(|c| implementation.serves(c)).map(str::to_owned).collect());
+    }
+    for configuration in asked {
+        let on_sqs = manifest.configurations.iter().any(|c| c.name == *configuration && c.transport == "sqs");
+        if !on_sqs || !implementation.serves(configuration) {
+            let served: Vec<&str> = sqs.clone().filter(|c| implementation.serves(c)).collect();
+            bail!(
+                "--configuration {configuration}: not served by {name}; valid choices with --impl {name}: {}",
+                served.join(", ")
+            );
+        }
+    }
+    Ok(asked.to_vec())
+}
+
+/// The sqs configurations a second implementation cannot carry, for the fidelity table's
+/// not-run rows (empty for the reference implementation).
+fn not_served<'m>(manifest: &'m Manifest, implementation: SqsImpl, transports: &[String]) -> Vec<&'m str> {
+    if implementation.is_reference() || !transports.iter().any(|t| t == "sqs") {
+        return Vec::new();
+    }
+    manifest
+        .configurations
+        .iter()
+        .filter(|c| c.transport == "sqs" && !implementation.serves(&c.name))
+        .map(|c| c.name.as_str())
+        .collect()
+}
+
 /// A built test binary and the filters selecting this run's tests in it.
 type Built<'a> = (&'a str, PathBuf, Vec<String>);
 
@@ -597,7 +696,7 @@ type Built<'a> = (&'a str, PathBuf, Vec<String>);
 /// and counted as the pass it is), failing again leaves the failure.
 fn run_all(
     root: &Path,
-    brokers: Brokers,
+    run_with: RunWith,
     binaries: &[Built],
     selection: &Selection,
     modules: &BTreeMap<String, &str>,
@@ -606,9 +705,17 @@ fn run_all(
 ) -> Result<Vec<BinaryRun>> {
     let total: usize = binaries.iter().map(|(_, exe, filters)| list_tests(exe, filters).map_or(0, |t| t.len())).sum();
     let (mut done, mut runs) = (0, Vec::new());
+    let RunWith { brokers, implementation } = run_with;
     for (transport, executable, filters) in binaries {
-        let call =
-            |filters: Vec<String>| BinaryCall { workspace: root, transport, brokers, executable, filters, limits };
+        let call = |filters: Vec<String>| BinaryCall {
+            workspace: root,
+            transport,
+            brokers,
+            implementation,
+            executable,
+            filters,
+            limits,
+        };
         let BinaryOutcome { mut finished, mut failures, wall, broker } =
             run_binary(&call(filters.clone()), &mut done, total)?;
         let missing: Vec<String> = selection
@@ -651,7 +758,7 @@ fn run_all(
 
 /// The panic message of a libtest failure section, without the backtrace and the "thread …
 /// panicked at" line.
-fn panic_message(section: &str) -> String {
+pub(crate) fn panic_message(section: &str) -> String {
     let text = section.split("stack backtrace:").next().unwrap_or_default();
     let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty() && !l.starts_with("note: ")).collect();
     match lines.iter().position(|l| l.starts_with("thread ") && l.contains("panicked at")) {
@@ -662,9 +769,11 @@ fn panic_message(section: &str) -> String {
 
 /// `--repeat N`: the selected tests N times over, and each cell's pass rate. Nothing is rerun
 /// (the point is to see the raw rate) and the ledger is not touched.
+#[allow(clippy::too_many_arguments)]
 fn repeat(
     root: &Path,
     args: &Args,
+    run_with: RunWith,
     binaries: &[Built],
     selection: &Selection,
     modules: &BTreeMap<String, &str>,
@@ -674,7 +783,7 @@ fn repeat(
     let mut passes: BTreeMap<(CellId, String), (u32, u32)> = BTreeMap::new();
     for round in 1..=args.repeat {
         eprintln!("round {round} of {}", args.repeat);
-        for run in run_all(root, args.brokers, binaries, selection, modules, limits, None)? {
+        for run in run_all(root, run_with, binaries, selection, modules, limits, None)? {
             for test in &run.finished {
                 let Some((module, variant, number)) = libtest::cell_of(&test.name) else { continue };
                 let Some(configuration) = modules.get(module) else { continue };
@@ -828,5 +937,65 @@ mod junit {
         report.add_test_suites(suites.into_values());
         let xml = report.to_string().context("rendering JUnit XML")?;
         std::fs::write(path, xml).with_context(|| format!("writing {}", path.display()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Command {
+        #[command(flatten)]
+        args: Args,
+    }
+
+    fn manifest() -> Manifest {
+        Manifest::load(&root().join(generator::MANIFEST), &root().join("templates")).unwrap()
+    }
+
+    fn strings(values: &[&str]) -> Vec<String> {
+        values.iter().map(|v| v.to_string()).collect()
+    }
+
+    #[test]
+    fn an_unknown_implementation_is_refused_naming_the_choices() {
+        let error = Command::try_parse_from(["conformance", "--impl", "ElasticMQ"]).err().expect("refused").to_string();
+        assert!(error.contains("invalid value 'ElasticMQ' for '--impl <IMPLEMENTATION>'"), "{error}");
+        assert!(error.contains("[possible values: moto, elasticmq]"), "{error}");
+        let parsed = Command::try_parse_from(["conformance", "--transport", "sqs", "--impl", "elasticmq"]).unwrap();
+        assert_eq!(parsed.args.implementation, SqsImpl::ElasticMq);
+    }
+
+    #[test]
+    fn a_second_implementation_runs_locally_or_not_at_all() {
+        assert!(brokers_for(Brokers::Auto, SqsImpl::ElasticMq).unwrap() == Brokers::Local);
+        assert!(brokers_for(Brokers::Containers, SqsImpl::Moto).unwrap() == Brokers::Containers);
+        let error = brokers_for(Brokers::Env, SqsImpl::ElasticMq).err().unwrap().to_string();
+        assert_eq!(
+            error,
+            "--impl elasticmq runs the local elasticmq server; --brokers env cannot give it (valid choices with --impl \
+             elasticmq: auto, local)"
+        );
+    }
+
+    #[test]
+    fn elasticmq_runs_the_sqs_configurations_it_serves_and_names_the_others() {
+        let manifest = manifest();
+        let sqs = strings(&["sqs"]);
+        let elasticmq = SqsImpl::ElasticMq;
+        assert_eq!(configurations_for(&manifest, elasticmq, &sqs, &[]).unwrap(), strings(&["sqs", "sqs-fifo"]));
+        assert_eq!(not_served(&manifest, elasticmq, &sqs), vec!["sns", "sns-fifo"]);
+        let error = configurations_for(&manifest, elasticmq, &sqs, &strings(&["sns"])).unwrap_err().to_string();
+        assert_eq!(
+            error,
+            "--configuration sns: not served by elasticmq; valid choices with --impl elasticmq: sqs, sqs-fifo"
+        );
+        let error = configurations_for(&manifest, elasticmq, &strings(&["gcp"]), &[]).unwrap_err().to_string();
+        assert!(error.starts_with("--impl elasticmq: only the sqs transport has a second implementation"), "{error}");
+        // The reference implementation changes nothing.
+        assert_eq!(configurations_for(&manifest, SqsImpl::Moto, &[], &[]).unwrap(), Vec::<String>::new());
+        assert!(not_served(&manifest, SqsImpl::Moto, &sqs).is_empty());
     }
 }

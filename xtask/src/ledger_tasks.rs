@@ -28,7 +28,8 @@ pub enum LedgerTask {
         #[arg(long)]
         reason: String,
     },
-    /// Write ledger/LEDGER.md and ledger/LEDGER.svg from ledger/cells.tsv and ledger/runs.jsonl
+    /// Write ledger/LEDGER.md and ledger/LEDGER.svg from ledger/cells.tsv and ledger/runs.jsonl,
+    /// and ledger/FIDELITY.md from ledger/fidelity.tsv (after a hand-written note) when it exists
     Render,
     /// Check that ignored tests and Deferred cells match, the ledger covers the manifest and
     /// ledger/runs.jsonl parses; warn about cells whose newest evidence is not at the current
@@ -98,6 +99,11 @@ pub fn run(task: LedgerTask) -> Result<()> {
             let runs = ledger::read_runs(&runs_path)?;
             let pages = Ledger::load(&path)?.render_pages(&rows(&manifest), &behaviours, &runs);
             ledger::pages::write_pages(&root.join(generator::LEDGER_DIR), &pages)?;
+            let ledger_dir = root.join(generator::LEDGER_DIR);
+            let table = ledger_dir.join(crate::fidelity::TABLE);
+            if table.exists() {
+                crate::fidelity::render(&ledger_dir, &ledger::Fidelity::load(&table)?, &Ledger::load(&path)?)?;
+            }
         }
         LedgerTask::Audit { fresh } => {
             let ledger = Ledger::load(&path)?;

@@ -2,6 +2,7 @@
 
 mod brokers;
 mod conformance;
+mod fidelity;
 mod ledger_diff;
 mod ledger_tasks;
 mod libtest;

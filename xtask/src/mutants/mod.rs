@@ -84,6 +84,8 @@ fn measure(
             workspace: &scratch.root,
             transport: &transport.name,
             brokers,
+            // Defects are judged against the reference implementation, as the ledger is.
+            implementation: crate::brokers::SqsImpl::Moto,
             executable,
             filters: Vec::new(),
             limits,
