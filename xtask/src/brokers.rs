@@ -1,9 +1,7 @@
 //! `cargo xtask brokers install <transport>`: puts what a transport's local broker needs under
 //! `.brokers/<transport>/`, from the registries this machine reaches. Idempotent and quick when
-//! already installed, so `conformance` and `test` call it every time.
-//!
-//! `cargo xtask brokers images`: builds stand-in images carrying the same brokers the local path
-//! runs, for Docker engines that cannot pull (air-gapped, or this project's CI).
+//! already installed, so `conformance` and `test` call it every time. `brokers images` is in
+//! `images`.
 
 use std::path::Path;
 use std::process::Command;
@@ -29,11 +27,6 @@ pub enum BrokersTask {
     /// Build local stand-in broker images for engines that cannot pull (gcp: the pstest launcher FROM scratch)
     Images,
 }
-
-/// The Pub/Sub stand-in: `localhost/` so no engine ever pulls a look-alike from a public registry
-/// (the name cannot resolve to Docker Hub); the tag names the pstest module the launcher pins.
-/// The container source uses it when CONFORMANCE_PUBSUB_IMAGE names it.
-pub const PUBSUB_STAND_IN: &str = "localhost/conformance-pstest:pubsub-v2.9.0";
 
 /// The transports with a local broker, and the ones that need none.
 pub const INSTALLABLE: [&str; 4] = ["memory", "sqs", "gcp", "rocketmq"];
@@ -78,38 +71,8 @@ pub fn run(task: BrokersTask) -> Result<()> {
             }
             transports.iter().try_for_each(|transport| install_implementation(transport, implementation))
         }
-        BrokersTask::Images => images(),
+        BrokersTask::Images => crate::images::build(),
     }
-}
-
-/// The Pub/Sub stand-in image: the static launcher `install gcp` builds, as the entrypoint of an
-/// image FROM scratch. Its container mode speaks the interface testcontainers-modules'
-/// `CloudSdk::pubsub()` expects of Google's image (gcloud's arguments, the ready line on stderr).
-/// SQS has no stand-in: moto needs Python, which an image FROM scratch cannot carry.
-fn images() -> Result<()> {
-    install_pstest()?;
-    let started = std::time::Instant::now();
-    let context = root().join("target/stand-in-images/pstest");
-    std::fs::create_dir_all(&context)?;
-    std::fs::copy(root().join(".brokers/gcp/pstest-launcher"), context.join("pstest-launcher"))
-        .context("copying the pstest launcher into the image context")?;
-    std::fs::write(
-        context.join("Dockerfile"),
-        "# Written by `cargo xtask brokers images`: Google's pstest behind the project's launcher.\n\
-         FROM scratch\n\
-         COPY pstest-launcher /pstest-launcher\n\
-         EXPOSE 8085\n\
-         ENTRYPOINT [\"/pstest-launcher\"]\n",
-    )?;
-    run_quietly(
-        Command::new("docker").args(["build", "--quiet", "--tag", PUBSUB_STAND_IN]).arg(&context),
-        &format!("docker build {PUBSUB_STAND_IN} (is the docker CLI installed and a daemon running?)"),
-    )?;
-    eprintln!(
-        "brokers: built {PUBSUB_STAND_IN} in {:.1} s; use it with CONFORMANCE_PUBSUB_IMAGE={PUBSUB_STAND_IN}",
-        started.elapsed().as_secs_f64()
-    );
-    Ok(())
 }
 
 /// Installs `transport`'s local broker, in `implementation` for sqs.
@@ -130,7 +93,7 @@ pub fn install(transport: &str) -> Result<()> {
     }
 }
 
-fn run_quietly(command: &mut Command, what: &str) -> Result<()> {
+pub(crate) fn run_quietly(command: &mut Command, what: &str) -> Result<()> {
     let output = command.output().with_context(|| format!("cannot {what}"))?;
     if !output.status.success() {
         bail!(
@@ -186,7 +149,7 @@ fn installed(python: &Path, requirements: &Path) -> Result<bool> {
 /// machine's Go from the Go module proxy; rebuilt when its sources are newer than the binary.
 /// Built static (CGO_ENABLED=0) so the very binary the local path runs also serves as the
 /// entrypoint of the stand-in image `brokers images` builds FROM scratch.
-fn install_pstest() -> Result<()> {
+pub(crate) fn install_pstest() -> Result<()> {
     let root = root();
     let source = root.join("providers/brokers/pstest");
     let binary = root.join(".brokers/gcp/pstest-launcher");

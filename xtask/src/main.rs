@@ -3,6 +3,7 @@
 mod brokers;
 mod conformance;
 mod fidelity;
+mod images;
 mod ledger_diff;
 mod ledger_tasks;
 mod libtest;

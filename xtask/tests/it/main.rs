@@ -204,7 +204,7 @@ fn a_local_broker_dying_mid_run_stops_the_run_naming_it_and_leaves_the_ledger() 
     assert_eq!(ledger_files(ledger.path()), before, "the ledger is left untouched");
 }
 
-/// The Pub/Sub stand-in `cargo xtask brokers images` builds (xtask's `brokers::PUBSUB_STAND_IN`).
+/// The Pub/Sub stand-in `cargo xtask brokers images` builds (xtask's `images::PUBSUB_STAND_IN`).
 const PUBSUB_STAND_IN: &str = "localhost/conformance-pstest:pubsub-v2.9.0";
 
 /// Every file of a ledger folder, by name, as bytes.
