@@ -113,10 +113,13 @@ pub fn usable(image: &ImageRef) -> Result<(), Unusable> {
     })
 }
 
-/// How to build a stand-in for `image`, where the project has one (the Pub/Sub fake; SQS has none).
+/// How to build a stand-in for `image`: every transport's broker has one.
 fn stand_in(image: &ImageRef) -> Option<&'static str> {
     // The variable, not the image: whatever it names, its stand-in is the one `brokers images` builds.
-    (image.variable == "CONFORMANCE_PUBSUB_IMAGE").then_some("`cargo xtask brokers images`")
+    // Spelled out: the transports' modules, which define them, are each behind a feature.
+    ["CONFORMANCE_PUBSUB_IMAGE", "CONFORMANCE_LOCALSTACK_IMAGE", "CONFORMANCE_ROCKETMQ_IMAGE"]
+        .contains(&image.variable)
+        .then_some("`cargo xtask brokers images`")
 }
 
 /// Publishes `ports` on 127.0.0.1 only, on ports the engine picks: like a local process, a broker
@@ -130,6 +133,15 @@ fn loopback_only(ports: &'static [u16]) -> impl Fn(&mut HostConfig) + Send + Syn
     }
 }
 
+/// How a broker container's port reaches the test binary.
+enum Reach {
+    /// Published on 127.0.0.1, on host ports the engine picks; the first is the broker's address.
+    Published(&'static [u16]),
+    /// The container shares the host's network and binds this loopback port itself (RocketMQ's).
+    #[cfg_attr(not(feature = "rocketmq"), allow(dead_code))]
+    HostNetwork(u16),
+}
+
 /// Starts `image` (already named and tagged), waits for its ready condition, and hands it to the
 /// exit hook and the watchdog.
 async fn start<I: Image + 'static>(
@@ -137,9 +149,13 @@ async fn start<I: Image + 'static>(
     name: &'static str,
     request: impl Into<testcontainers_modules::testcontainers::ContainerRequest<I>>,
     reference: &ImageRef,
-    ports: &'static [u16],
+    reach: Reach,
 ) -> Result<BrokerContainer, ContainerError> {
-    let request = request.into().with_host_config_modifier(loopback_only(ports)).with_startup_timeout(STARTUP_CEILING);
+    let request = match reach {
+        Reach::Published(ports) => request.into().with_host_config_modifier(loopback_only(ports)),
+        Reach::HostNetwork(_) => request.into().with_network("host"),
+    };
+    let request = request.with_startup_timeout(STARTUP_CEILING);
     let container: ContainerAsync<I> = request.start().await.map_err(|error| ContainerError::DidNotStart {
         name,
         image: reference.clone(),
@@ -150,11 +166,16 @@ async fn start<I: Image + 'static>(
     exit_hook::register(&id);
     // From here the exit hook owns its removal: forgetting the handle skips testcontainers' drop,
     // which would need a runtime at a moment process exit does not offer.
-    let port = container.get_host_port_ipv4(ContainerPort::Tcp(ports[0])).await;
+    let port = match reach {
+        Reach::Published(ports) => {
+            container.get_host_port_ipv4(ContainerPort::Tcp(ports[0])).await.map_err(|e| (ports[0], e))
+        }
+        Reach::HostNetwork(port) => Ok(port),
+    };
     std::mem::forget(container);
     let port = match port {
         Ok(port) => port,
-        Err(error) => return Err(ContainerError::NoPort { name, id, port: ports[0], error: Box::new(error) }),
+        Err((port, error)) => return Err(ContainerError::NoPort { name, id, port, error: Box::new(error) }),
     };
     let broker = BrokerContainer { transport, name, id, port };
     watchdog(&broker, reference);
@@ -168,33 +189,40 @@ async fn start<I: Image + 'static>(
 pub fn pubsub(image: &ImageRef) -> Result<BrokerContainer, ContainerError> {
     let request = CloudSdk::pubsub().with_name(&image.name).with_tag(&image.tag);
     let image = image.clone();
-    on_runtime(async move { start("gcp", "Pub/Sub emulator container", request, &image, &[PUBSUB_PORT]).await })
+    on_runtime(async move {
+        start("gcp", "Pub/Sub emulator container", request, &image, Reach::Published(&[PUBSUB_PORT])).await
+    })
 }
 
 /// LocalStack, for SQS and SNS.
 pub fn localstack(image: &ImageRef) -> Result<BrokerContainer, ContainerError> {
     let request = LocalStack::default().with_name(&image.name).with_tag(&image.tag).with_env_var("SERVICES", "sqs,sns");
     let image = image.clone();
-    on_runtime(async move { start("sqs", "localstack container", request, &image, &[LOCALSTACK_PORT]).await })
+    on_runtime(async move {
+        start("sqs", "localstack container", request, &image, Reach::Published(&[LOCALSTACK_PORT])).await
+    })
 }
 
-/// Extension point for the RocketMQ transport (issue: RocketMQ; not implemented here).
+/// Apache RocketMQ's name server and broker in one container, from the image `cargo xtask brokers
+/// images` builds (testcontainers-modules has no RocketMQ module). Its command is the two ports.
 ///
-/// To add it, in this module:
-/// 1. pin three images as constants with their override variables, e.g.
-///    `ROCKETMQ_IMAGE = "apache/rocketmq:<5.x tag>"` / `CONFORMANCE_ROCKETMQ_IMAGE` (the name
-///    server, broker and proxy all run from that image with different commands);
-/// 2. write `pub fn rocketmq(image: &ImageRef) -> Result<BrokerContainer, ContainerError>` that creates
-///    one network (`ImageExt::with_network`, a unique name), starts the name server
-///    (`GenericImage` waiting on its ready line), then the broker pointing at it, then the proxy,
-///    each through [`start`] so every container is removed at exit and watched; return the
-///    proxy's container with its mapped gRPC port (the other two are watched too, so any of the
-///    three dying stops the run);
-/// 3. in the provider (`providers/src/rocketmq.rs`), `container: Some(containers::rocketmq)` in its
-///    `source::Definition` (today `None`: auto declines containers and `containers` stops, naming it).
-///
-/// `cargo xtask brokers images` is where a stand-in image would be built if the engine cannot pull.
-pub mod rocketmq {}
+/// On the host network, not published ports: the broker registers its own address with the name
+/// server, and clients connect to the address the name server returns. Behind published ports
+/// that address is the container's, which the client cannot reach; on the host network the broker
+/// binds 127.0.0.1 on the ports the test picked, so the address it registers is the one clients
+/// use, and it stays loopback only like the local process.
+#[cfg(feature = "rocketmq")]
+pub fn rocketmq(image: &ImageRef) -> Result<BrokerContainer, ContainerError> {
+    use testcontainers_modules::testcontainers::{core::WaitFor, GenericImage};
+    let (name_server, broker) = (crate::local::free_loopback_port(), crate::rocketmq::free_broker_port());
+    let request = GenericImage::new(&image.name, &image.tag)
+        .with_wait_for(WaitFor::message_on_stdout("rocketmq ready"))
+        .with_cmd([name_server.to_string(), broker.to_string()]);
+    let image = image.clone();
+    on_runtime(async move {
+        start("rocketmq", "RocketMQ container", request, &image, Reach::HostNetwork(name_server)).await
+    })
+}
 
 /// Stops the test binary when the broker container stops while the binary still runs: every cell
 /// after that would fail for the broker's sake, not the gateway's, and a binary that ends without

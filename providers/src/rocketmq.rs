@@ -1,9 +1,10 @@
 //! The RocketMQ configuration: `rocketmq` (pop consumption, a normal topic).
 //!
 //! The broker, once per test binary, from the source `source::start` picks: the name server in
-//! `NAMESRV_ADDR` (RocketMQ's own variable), or a name server and broker in one local JVM, from
-//! the jars and launcher `cargo xtask brokers install rocketmq` puts under `.brokers/rocketmq`.
-//! No container source yet: RocketMQ's image cannot be pulled here to prove one.
+//! `NAMESRV_ADDR` (RocketMQ's own variable), the image `cargo xtask brokers images` builds (the
+//! same jars and launcher on Debian's JRE; see `containers::rocketmq`), or a name server and
+//! broker in one local JVM, from the jars and launcher `cargo xtask brokers install rocketmq` puts
+//! under `.brokers/rocketmq`.
 
 use std::process::Command;
 use std::sync::{Arc, OnceLock};
@@ -29,7 +30,7 @@ struct Broker {
 
 /// A free loopback port `p` for the broker with `p - 2` (its fast channel) and `p + 1` (its HA
 /// port) free too.
-fn free_broker_port() -> u16 {
+pub(crate) fn free_broker_port() -> u16 {
     let free = |port: u16| std::net::TcpListener::bind(("127.0.0.1", port)).is_ok();
     loop {
         let port = local::free_loopback_port();
@@ -59,8 +60,10 @@ fn start_launcher() -> Result<LocalProcess, LocalError> {
     local::start("rocketmq", "rocketmq", command, name_server_port, "rocketmq ready", Duration::from_secs(90))
 }
 
-/// The image a container definition would pin (`containers::rocketmq` says how to add one).
-pub const ROCKETMQ_IMAGE: &str = "apache/rocketmq:5.3.3";
+/// The container image: the project's own (`cargo xtask brokers images`), not Apache's
+/// `apache/rocketmq`, whose entrypoint starts one server per container and which no engine here
+/// can pull to prove a definition against. Overridable, like every image, for a mirror.
+pub const ROCKETMQ_IMAGE: &str = "localhost/conformance-rocketmq:5.3.3";
 pub const ROCKETMQ_IMAGE_VARIABLE: &str = "CONFORMANCE_ROCKETMQ_IMAGE";
 
 /// The RocketMQ broker in each source (chosen by `source::start`).
@@ -70,7 +73,7 @@ fn definition() -> Definition {
         endpoint_variable: "NAMESRV_ADDR",
         image: ImageRef::from_environment("rocketmq", ROCKETMQ_IMAGE_VARIABLE, ROCKETMQ_IMAGE),
         #[cfg(feature = "containers")]
-        container: None,
+        container: Some(crate::containers::rocketmq),
         local: start_launcher,
     }
 }

@@ -222,22 +222,38 @@ fn ledger_files(dir: &Path) -> std::collections::BTreeMap<String, Vec<u8>> {
 #[test]
 #[ignore = "needs a Docker daemon and the Pub/Sub stand-in image (cargo xtask brokers images); .ci/run runs it with --ignored"]
 fn a_broker_container_dying_mid_run_fails_the_run_names_the_broker_and_leaves_the_ledger() {
+    container_dies_mid_run("gcp", "CONFORMANCE_PUBSUB_IMAGE", PUBSUB_STAND_IN, "the Pub/Sub emulator container");
+}
+
+/// The same on RocketMQ, whose container runs on the host network (no published port to lose).
+#[test]
+#[ignore = "needs a Docker daemon and the RocketMQ image (cargo xtask brokers images); .ci/run runs it with --ignored"]
+fn a_rocketmq_container_dying_mid_run_fails_the_run_names_the_broker_and_leaves_the_ledger() {
+    container_dies_mid_run("rocketmq", "CONFORMANCE_ROCKETMQ_IMAGE", ROCKETMQ_STAND_IN, "the RocketMQ container");
+}
+
+/// The RocketMQ image `cargo xtask brokers images` builds (xtask's `images::ROCKETMQ_STAND_IN`).
+const ROCKETMQ_STAND_IN: &str = "localhost/conformance-rocketmq:5.3.3";
+
+/// Runs `transport`'s cells on a container killed mid-run (fault kill-broker): the run fails
+/// naming the container, no cell is judged, the ledger is byte-identical and the container gone.
+fn container_dies_mid_run(transport: &str, variable: &str, stand_in: &str, name: &str) {
     let ledger = scratch_ledger();
     for file in ["runs.jsonl", "LEDGER.md", "LEDGER.svg"] {
         std::fs::copy(root().join("ledger").join(file), ledger.path().join(file)).unwrap();
     }
     let before = ledger_files(ledger.path());
-    let image = std::env::var("CONFORMANCE_PUBSUB_IMAGE").unwrap_or_else(|_| PUBSUB_STAND_IN.to_owned());
+    let image = std::env::var(variable).unwrap_or_else(|_| stand_in.to_owned());
     let output = Command::new(env!("CARGO_BIN_EXE_xtask"))
-        .args(["conformance", "--transport", "gcp", "--brokers", "containers", "--ledger-dir"])
+        .args(["conformance", "--transport", transport, "--brokers", "containers", "--ledger-dir"])
         .arg(ledger.path())
         .env("CONFORMANCE_FAULT", "kill-broker")
-        .env("CONFORMANCE_PUBSUB_IMAGE", &image)
+        .env(variable, &image)
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(!output.status.success(), "the run must fail:\n{stderr}");
-    let up = format!("gcp: broker from containers (image {image}, container ");
+    let up = format!("{transport}: broker from containers (image {image}, container ");
     let id = stderr
         .lines()
         .find_map(|line| line.strip_prefix(up.as_str()))
@@ -246,9 +262,8 @@ fn a_broker_container_dying_mid_run_fails_the_run_names_the_broker_and_leaves_th
         .to_owned();
     assert!(stderr.contains(&format!("fault kill-broker: killing container {id}")), "{stderr}");
     assert!(
-        stderr.contains(&format!(
-            "error: gcp broker: the Pub/Sub emulator container {id} (image {image}) died mid-run (exit code 137)"
-        )),
+        stderr
+            .contains(&format!("error: {transport} broker: {name} {id} (image {image}) died mid-run (exit code 137)")),
         "the failure names the broker: {stderr}"
     );
     assert!(stderr.contains("the ledger is left untouched"), "{stderr}");
