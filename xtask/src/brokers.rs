@@ -333,7 +333,10 @@ fn install_rocketmq_rust() -> Result<()> {
     )?;
     std::fs::remove_dir_all(&build).with_context(|| format!("cannot remove {}", build.display()))?;
     if let Some((_, missing)) = ROCKETMQ_RUST_CRATES.iter().find(|(_, binary)| !installed(binary)) {
-        bail!("{missing} {ROCKETMQ_RUST_VERSION} is still missing from {} after cargo install", install.join("bin").display());
+        bail!(
+            "{missing} {ROCKETMQ_RUST_VERSION} is still missing from {} after cargo install",
+            install.join("bin").display()
+        );
     }
     Ok(())
 }
