@@ -325,7 +325,8 @@ fn install_rocketmq_rust() -> Result<()> {
     let build = root().join("target/rocketmq-rust-install");
     run_quietly(
         crate::conformance::cargo()
-            .args(["install", "--locked", "--quiet", "--root"])
+            // --force: a binary of another version (or half an earlier install) may be there.
+            .args(["install", "--locked", "--force", "--quiet", "--root"])
             .arg(&install)
             .args(crates)
             .env("CARGO_TARGET_DIR", &build),
