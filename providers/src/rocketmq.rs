@@ -5,6 +5,9 @@
 //! same jars and launcher on Debian's JRE; see `containers::rocketmq`), or a name server and
 //! broker in one local JVM, from the jars and launcher `cargo xtask brokers install rocketmq` puts
 //! under `.brokers/rocketmq`.
+//! Or, when `CONFORMANCE_ROCKETMQ_IMPL=rocketmq-rust` (see `implementation`), the Rust name server
+//! and broker `cargo xtask brokers install rocketmq --impl rocketmq-rust` puts under
+//! `.brokers/rocketmq/rust`, behind `providers/brokers/rocketmq-rust/launcher.sh`.
 
 use std::process::Command;
 use std::sync::{Arc, OnceLock};
@@ -16,6 +19,7 @@ use gateway::{Channel, Producer, Subscription};
 
 use crate::broker::ImageRef;
 use crate::builder::{reader_subscription, CellBroker, CellNames, CellPlan};
+use crate::implementation::{RocketMqImplementation, ROCKETMQ_VARIABLE};
 use crate::local::{self, LocalError, LocalProcess};
 use crate::source::{self, Definition, Running};
 
@@ -60,6 +64,38 @@ fn start_launcher() -> Result<LocalProcess, LocalError> {
     local::start("rocketmq", "rocketmq", command, name_server_port, "rocketmq ready", Duration::from_secs(90))
 }
 
+/// The Rust name server and broker (rocketmq-rust), behind the project's launcher script, which
+/// writes their configuration, waits until the name server routes the broker's TBW102 template
+/// topic, prints the ready line, and stops both when its stdin closes, deleting their folder.
+fn start_rocketmq_rust() -> Result<LocalProcess, LocalError> {
+    let install = local::install_dir("rocketmq").join("rust");
+    let binary = install.join("bin/rocketmq-broker-rust");
+    if !binary.exists() {
+        let install = RocketMqImplementation::RocketMqRust.install_command();
+        return Err(LocalError::NotInstalled { name: "rocketmq-rust", missing: binary, install });
+    }
+    let (name_server_port, broker_port) = (local::free_loopback_port(), free_broker_port());
+    let mut command = Command::new("bash");
+    command
+        .arg(local::workspace_root().join("providers/brokers/rocketmq-rust/launcher.sh"))
+        .arg(install.join("bin"))
+        .arg(install.join("run").join(broker_port.to_string()))
+        .arg(name_server_port.to_string())
+        .arg(broker_port.to_string())
+        // The broker takes the name server from NAMESRV_ADDR over its configuration file: an
+        // endpoint left in the shell must not point it elsewhere.
+        .env_remove("NAMESRV_ADDR");
+    local::start("rocketmq-rust", "rocketmq", command, name_server_port, "rocketmq-rust ready", Duration::from_secs(90))
+}
+
+/// The local broker of the chosen implementation.
+fn start_local() -> Result<LocalProcess, LocalError> {
+    match RocketMqImplementation::from_environment() {
+        RocketMqImplementation::Apache => start_launcher(),
+        RocketMqImplementation::RocketMqRust => start_rocketmq_rust(),
+    }
+}
+
 /// The container image: the project's own (`cargo xtask brokers images`), not Apache's
 /// `apache/rocketmq`, whose entrypoint starts one server per container and which no engine here
 /// can pull to prove a definition against. Overridable, like every image, for a mirror.
@@ -74,7 +110,7 @@ fn definition() -> Definition {
         image: ImageRef::from_environment("rocketmq", ROCKETMQ_IMAGE_VARIABLE, ROCKETMQ_IMAGE),
         #[cfg(feature = "containers")]
         container: Some(crate::containers::rocketmq),
-        local: start_launcher,
+        local: start_local,
     }
 }
 
@@ -82,6 +118,17 @@ fn broker() -> &'static Broker {
     static BROKER: OnceLock<Broker> = OnceLock::new();
     BROKER.get_or_init(|| {
         let running = source::start(&definition());
+        // Only the local source runs the chosen implementation: a verdict from another source
+        // must not be recorded under rocketmq-rust's name.
+        let implementation = RocketMqImplementation::from_environment();
+        if implementation != RocketMqImplementation::Apache && running.source() != "local" {
+            let why = format!(
+                "{ROCKETMQ_VARIABLE}={} needs the local source (CONFORMANCE_BROKERS=local), but the broker came from {}",
+                implementation.name(),
+                running.source()
+            );
+            crate::broker::fatal("rocketmq", &why);
+        }
         let name_server = match (&running, running.loopback_address()) {
             (Running::Env(address), _) => address.clone(),
             (_, Some(address)) => address,

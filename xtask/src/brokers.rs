@@ -15,14 +15,16 @@ use crate::root;
 pub enum BrokersTask {
     /// Install the local broker of each transport (memory: nothing; sqs: moto in a venv, or with
     /// --impl elasticmq the ElasticMQ jars and the project's launcher; gcp: the pstest launcher;
-    /// rocketmq: the Apache RocketMQ jars and the project's launcher)
+    /// rocketmq: the Apache RocketMQ jars and the project's launcher, or with --impl
+    /// rocketmq-rust the Rust name server and broker, built with cargo install: about 15 minutes)
     Install {
         /// Transports to install for
         #[arg(required = true, value_name = "TRANSPORT")]
         transports: Vec<String>,
-        /// The SQS implementation to install (moto is the reference; elasticmq is for fidelity runs)
-        #[arg(long = "impl", value_enum, value_name = "IMPLEMENTATION", default_value_t = SqsImpl::Moto)]
-        implementation: SqsImpl,
+        /// The implementation to install (default: each transport's reference, moto for sqs and
+        /// apache for rocketmq; elasticmq and rocketmq-rust are for fidelity runs)
+        #[arg(long = "impl", value_enum, value_name = "IMPLEMENTATION")]
+        implementation: Option<Implementation>,
     },
     /// Build local stand-in broker images for engines that cannot pull (gcp: the pstest launcher FROM scratch)
     Images,
@@ -31,43 +33,87 @@ pub enum BrokersTask {
 /// The transports with a local broker, and the ones that need none.
 pub const INSTALLABLE: [&str; 4] = ["memory", "sqs", "gcp", "rocketmq"];
 
-/// The SQS implementations of `providers::implementation` (xtask does not link providers), as
-/// CONFORMANCE_SQS_IMPL names them.
+/// The broker implementations of `providers::implementation` (xtask does not link providers), as
+/// their transport's variable (CONFORMANCE_SQS_IMPL, CONFORMANCE_ROCKETMQ_IMPL) names them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum SqsImpl {
-    /// moto: SQS and SNS; the reference implementation of the main ledger
+pub enum Implementation {
+    /// moto: SQS and SNS; sqs's reference implementation, whose verdicts the main ledger records
     Moto,
     /// ElasticMQ: SQS only; recorded in the fidelity table
     #[value(name = "elasticmq")]
     ElasticMq,
+    /// Apache RocketMQ: rocketmq's reference implementation
+    Apache,
+    /// The Rust name server and broker (rocketmq-namesrv, rocketmq-broker); recorded in the
+    /// fidelity table
+    #[value(name = "rocketmq-rust")]
+    RocketMqRust,
 }
 
-impl SqsImpl {
-    pub const VARIABLE: &'static str = "CONFORMANCE_SQS_IMPL";
+impl Implementation {
+    /// Each transport's reference implementation, whose variable every test binary is given.
+    pub const REFERENCES: [Implementation; 2] = [Implementation::Moto, Implementation::Apache];
 
     pub fn name(self) -> &'static str {
         match self {
-            SqsImpl::Moto => "moto",
-            SqsImpl::ElasticMq => "elasticmq",
+            Implementation::Moto => "moto",
+            Implementation::ElasticMq => "elasticmq",
+            Implementation::Apache => "apache",
+            Implementation::RocketMqRust => "rocketmq-rust",
         }
     }
 
-    /// The reference implementation, whose verdicts the main ledger records.
-    pub fn is_reference(self) -> bool {
-        self == SqsImpl::Moto
+    /// The transport it implements.
+    pub fn transport(self) -> &'static str {
+        match self {
+            Implementation::Moto | Implementation::ElasticMq => "sqs",
+            Implementation::Apache | Implementation::RocketMqRust => "rocketmq",
+        }
     }
 
-    /// The SQS configurations it can carry (ElasticMQ has no SNS API).
+    /// The variable that tells a test binary which implementation of its transport to start.
+    pub fn variable(self) -> &'static str {
+        match self.transport() {
+            "sqs" => "CONFORMANCE_SQS_IMPL",
+            _ => "CONFORMANCE_ROCKETMQ_IMPL",
+        }
+    }
+
+    /// Its transport's reference implementation.
+    pub fn reference(self) -> Implementation {
+        match self.transport() {
+            "sqs" => Implementation::Moto,
+            _ => Implementation::Apache,
+        }
+    }
+
+    /// Whether it is its transport's reference implementation, whose verdicts the main ledger records.
+    pub fn is_reference(self) -> bool {
+        self == self.reference()
+    }
+
+    /// Whether it can carry `configuration` of its transport (ElasticMQ has no SNS API).
     pub fn serves(self, configuration: &str) -> bool {
-        self == SqsImpl::Moto || !configuration.starts_with("sns")
+        self != Implementation::ElasticMq || !configuration.starts_with("sns")
+    }
+
+    /// The implementation named `name` (as `name()` gives it), if any.
+    pub fn named(name: &str) -> Option<Implementation> {
+        <Implementation as clap::ValueEnum>::from_str(name, false).ok()
     }
 }
 
 pub fn run(task: BrokersTask) -> Result<()> {
     match task {
         BrokersTask::Install { transports, implementation } => {
-            if implementation != SqsImpl::Moto && transports.iter().any(|t| t != "sqs") {
-                bail!("brokers install --impl {}: only sqs has a second implementation", implementation.name());
+            if let Some(implementation) = implementation {
+                let transport = implementation.transport();
+                if transports.iter().any(|t| t != transport) {
+                    bail!(
+                        "brokers install --impl {}: an implementation of {transport}; install it with `brokers install {transport} --impl {0}`",
+                        implementation.name()
+                    );
+                }
             }
             transports.iter().try_for_each(|transport| install_implementation(transport, implementation))
         }
@@ -75,10 +121,12 @@ pub fn run(task: BrokersTask) -> Result<()> {
     }
 }
 
-/// Installs `transport`'s local broker, in `implementation` for sqs.
-pub fn install_implementation(transport: &str, implementation: SqsImpl) -> Result<()> {
+/// Installs `transport`'s local broker: `implementation` when it is one of that transport's,
+/// else the reference implementation.
+pub fn install_implementation(transport: &str, implementation: Option<Implementation>) -> Result<()> {
     match (transport, implementation) {
-        ("sqs", SqsImpl::ElasticMq) => install_elasticmq(),
+        ("sqs", Some(Implementation::ElasticMq)) => install_elasticmq(),
+        ("rocketmq", Some(Implementation::RocketMqRust)) => install_rocketmq_rust(),
         _ => install(transport),
     }
 }
@@ -244,11 +292,64 @@ fn install_elasticmq() -> Result<()> {
     )
 }
 
+/// The pinned version of the Rust name server and broker (crates.io `rocketmq-namesrv` and
+/// `rocketmq-broker`, the project of the gateway's client `rocketmq-client-rust`).
+pub const ROCKETMQ_RUST_VERSION: &str = "1.0.0";
+/// The crates that carry the Rust name server and broker, and their binaries.
+const ROCKETMQ_RUST_CRATES: [(&str, &str); 2] =
+    [("rocketmq-namesrv", "rocketmq-namesrv-rust"), ("rocketmq-broker", "rocketmq-broker-rust")];
+
+/// The Rust name server and broker, built by `cargo install` at the pinned version (with their
+/// published lock files) into .brokers/rocketmq/rust/bin; about 15 minutes on two cores, once.
+/// They build in a target folder of their own (whatever CARGO_TARGET_DIR says: the workspace's
+/// target must not be touched), removed once they are installed. The launcher that runs them is
+/// providers/brokers/rocketmq-rust/launcher.sh.
+fn install_rocketmq_rust() -> Result<()> {
+    let install = root().join(".brokers/rocketmq/rust");
+    let pinned = format!("version={ROCKETMQ_RUST_VERSION}");
+    let installed = |binary: &str| {
+        Command::new(install.join("bin").join(binary))
+            .arg("--version")
+            .output()
+            .is_ok_and(|output| String::from_utf8_lossy(&output.stdout).lines().any(|line| line == pinned))
+    };
+    if ROCKETMQ_RUST_CRATES.iter().all(|(_, binary)| installed(binary)) {
+        return Ok(());
+    }
+    eprintln!(
+        "brokers: building rocketmq-rust {ROCKETMQ_RUST_VERSION} (name server and broker) with cargo install into {} \
+         (about 15 minutes on two cores)",
+        install.display()
+    );
+    let crates = ROCKETMQ_RUST_CRATES.map(|(name, _)| format!("{name}@{ROCKETMQ_RUST_VERSION}"));
+    let build = root().join("target/rocketmq-rust-install");
+    run_quietly(
+        crate::conformance::cargo()
+            // --force: a binary of another version (or half an earlier install) may be there.
+            .args(["install", "--locked", "--force", "--quiet", "--root"])
+            .arg(&install)
+            .args(crates)
+            .env("CARGO_TARGET_DIR", &build),
+        "cargo install rocketmq-namesrv and rocketmq-broker",
+    )?;
+    std::fs::remove_dir_all(&build).with_context(|| format!("cannot remove {}", build.display()))?;
+    if let Some((_, missing)) = ROCKETMQ_RUST_CRATES.iter().find(|(_, binary)| !installed(binary)) {
+        bail!(
+            "{missing} {ROCKETMQ_RUST_VERSION} is still missing from {} after cargo install",
+            install.join("bin").display()
+        );
+    }
+    Ok(())
+}
+
 /// The version of `transport`'s local broker the project pins, for the implementation a run
-/// announced (`elasticmq`; any other name means the transport's one or reference implementation):
-/// moto in requirements-sqs.txt, ElasticMQ in its pom, the Pub/Sub module behind pstest in its
-/// go.mod, Apache RocketMQ in its pom.
+/// announced (`elasticmq`, `rocketmq-rust`; any other name means the transport's one or reference
+/// implementation): moto in requirements-sqs.txt, ElasticMQ in its pom, the Pub/Sub module behind
+/// pstest in its go.mod, Apache RocketMQ in its pom, rocketmq-rust in [`ROCKETMQ_RUST_VERSION`].
 pub fn pinned_version(transport: &str, implementation: &str) -> Option<String> {
+    if (transport, implementation) == ("rocketmq", "rocketmq-rust") {
+        return Some(format!("rocketmq-rust {ROCKETMQ_RUST_VERSION}"));
+    }
     let brokers = root().join("providers/brokers");
     let (file, find): (&str, fn(&str) -> Option<String>) = match (transport, implementation) {
         ("sqs", "elasticmq") => ("elasticmq/pom.xml", |line| {

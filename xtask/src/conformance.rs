@@ -14,7 +14,7 @@ use anyhow::{bail, Context, Result};
 use generator::Manifest;
 use ledger::{Behaviour, CellId, CellResult, ConfigurationRun, Ledger, RunRecord, Status, VariantResult};
 
-use crate::brokers::SqsImpl;
+use crate::brokers::Implementation;
 use crate::libtest::{self, TestResult};
 use crate::root;
 use crate::selection::{self, Selection};
@@ -71,12 +71,13 @@ pub struct Args {
     /// The folder a --shard run writes shard-K-of-N.json into (required with --shard)
     #[arg(long, value_name = "DIR", requires = "shard")]
     out: Option<PathBuf>,
-    /// The SQS implementation the sqs transport runs against: moto (the reference, recorded in
-    /// the ledger) or elasticmq (recorded in ledger/fidelity.tsv and FIDELITY.md, never in
-    /// cells.tsv; covers sqs and sqs-fifo only, as ElasticMQ has no SNS). Passed to the test
-    /// binaries as CONFORMANCE_SQS_IMPL; elasticmq needs the local broker source
-    #[arg(long = "impl", value_enum, value_name = "IMPLEMENTATION", default_value_t = SqsImpl::Moto, conflicts_with = "shard")]
-    implementation: SqsImpl,
+    /// The broker implementation to run a transport's cells against. Default: each transport's
+    /// reference, recorded in the ledger (moto for sqs, apache for rocketmq). A second one is
+    /// recorded in ledger/fidelity.tsv and FIDELITY.md, never in cells.tsv, and needs the local
+    /// broker source: elasticmq (sqs and sqs-fifo only, as ElasticMQ has no SNS) or rocketmq-rust.
+    /// Passed to the test binaries as CONFORMANCE_SQS_IMPL and CONFORMANCE_ROCKETMQ_IMPL
+    #[arg(long = "impl", value_enum, value_name = "IMPLEMENTATION", conflicts_with = "shard")]
+    implementation: Option<Implementation>,
 }
 
 /// The broker sources of `providers::source`, which resolves them inside each test binary.
@@ -236,9 +237,11 @@ pub(crate) struct BinaryCall<'a> {
     pub workspace: &'a Path,
     pub transport: &'a str,
     pub brokers: Brokers,
-    /// Always passed to the binary, so a CONFORMANCE_SQS_IMPL left in the shell cannot put
-    /// another implementation's verdicts in the ledger.
-    pub implementation: SqsImpl,
+    /// The second implementation the binary runs against, if any: every transport's variable is
+    /// always passed (the reference's name when this is none or another transport's), so a
+    /// CONFORMANCE_SQS_IMPL left in the shell cannot put another implementation's verdicts in the
+    /// ledger.
+    pub second: Option<Implementation>,
     pub executable: &'a Path,
     /// libtest filters (a test runs when any matches); empty runs every test.
     pub filters: Vec<String>,
@@ -273,7 +276,10 @@ pub(crate) fn run_binary(call: &BinaryCall, done: &mut usize, total: usize) -> R
         .args(["--include-ignored", "--test-threads", &tests.len().max(1).to_string()])
         .args(&call.filters)
         .env(Brokers::VARIABLE, brokers.name())
-        .env(SqsImpl::VARIABLE, call.implementation.name())
+        .envs(Implementation::REFERENCES.map(|reference| {
+            let chosen = call.second.filter(|second| second.transport() == reference.transport());
+            (reference.variable(), chosen.unwrap_or(reference).name())
+        }))
         .env(CELL_TIMEOUT_VARIABLE, call.limits.cell.as_secs().to_string())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -458,8 +464,10 @@ pub fn run(args: &Args) -> Result<()> {
     let ledger_dir = args.ledger_dir.clone().unwrap_or(default_dir);
     let cells_path = ledger_dir.join("cells.tsv");
     let mut ledger = Ledger::load(&cells_path)?;
-    let brokers = brokers_for(args.brokers, args.implementation)?;
-    let configurations = configurations_for(&manifest, args.implementation, &args.transports, &args.configurations)?;
+    // A reference implementation named with --impl is the run without it.
+    let second = args.implementation.filter(|implementation| !implementation.is_reference());
+    let brokers = brokers_for(args.brokers, second)?;
+    let configurations = configurations_for(&manifest, second, &args.transports, &args.configurations)?;
     let asked = selection::Asked {
         transports: args.transports.clone(),
         configurations: configurations.clone(),
@@ -487,7 +495,7 @@ pub fn run(args: &Args) -> Result<()> {
     eprintln!("brokers: {} (each transport says below which source it used)", brokers.name());
     if brokers.may_use_local() {
         for (transport, _) in &selection.transports {
-            crate::brokers::install_implementation(transport, args.implementation)?;
+            crate::brokers::install_implementation(transport, second)?;
         }
     }
     let names: Vec<&str> = selection.transports.iter().map(|(transport, _)| *transport).collect();
@@ -502,7 +510,7 @@ pub fn run(args: &Args) -> Result<()> {
         Limits { binary: Duration::from_secs(args.binary_timeout), cell: Duration::from_secs(args.cell_timeout) };
     // What the cells are about to exercise: evidence is tied to these sources.
     let digest = ledger::source_digest(&root)?;
-    let run_with = RunWith { brokers, implementation: args.implementation };
+    let run_with = RunWith { brokers, second };
     if args.repeat > 1 {
         return repeat(&root, args, run_with, &binaries, &selection, &modules, limits, &ledger);
     }
@@ -510,14 +518,14 @@ pub fn run(args: &Args) -> Result<()> {
     // Every binary completed: only now may the ledger (or the fidelity table) change.
     let (results, timings) = cell_results(&runs, &selection, &modules);
     let record = run_record(&runs, &modules, digest);
-    if !args.implementation.is_reference() {
+    if let Some(implementation) = second {
         let fidelity = crate::fidelity::FidelityRun {
             ledger_dir: &ledger_dir,
-            implementation: args.implementation,
+            implementation,
             results: &results,
             runs: &runs,
             modules: &modules,
-            not_run: not_served(&manifest, args.implementation, &args.transports),
+            not_run: not_served(&manifest, implementation, &args.transports),
             behaviours: &selection.behaviours,
             ledger: &ledger,
         };
@@ -625,17 +633,18 @@ impl Slice {
 #[derive(Clone, Copy)]
 struct RunWith {
     brokers: Brokers,
-    implementation: SqsImpl,
+    second: Option<Implementation>,
 }
 
 /// The broker source a run uses: a second implementation exists only as a local process, so
-/// `--impl elasticmq` turns `auto` into `local` and refuses `env` and `containers` (their broker
-/// is whatever the endpoint or image is, which would be recorded under the wrong name).
-fn brokers_for(brokers: Brokers, implementation: SqsImpl) -> Result<Brokers> {
-    match (implementation.is_reference(), brokers) {
-        (true, brokers) => Ok(brokers),
-        (false, Brokers::Auto | Brokers::Local) => Ok(Brokers::Local),
-        (false, other) => bail!(
+/// `--impl elasticmq` (or rocketmq-rust) turns `auto` into `local` and refuses `env` and
+/// `containers` (their broker is whatever the endpoint or image is, which would be recorded under
+/// the wrong name).
+fn brokers_for(brokers: Brokers, second: Option<Implementation>) -> Result<Brokers> {
+    match (second, brokers) {
+        (None, brokers) => Ok(brokers),
+        (Some(_), Brokers::Auto | Brokers::Local) => Ok(Brokers::Local),
+        (Some(implementation), other) => bail!(
             "--impl {} runs the local {} server; --brokers {} cannot give it (valid choices with --impl {0}: auto, local)",
             implementation.name(),
             implementation.name(),
@@ -644,30 +653,30 @@ fn brokers_for(brokers: Brokers, implementation: SqsImpl) -> Result<Brokers> {
     }
 }
 
-/// The configurations a run asks for: with a second implementation, only sqs, and of it only the
-/// configurations the implementation serves (all of them when none is named). The others are
-/// recorded as not run (see [`not_served`]), never silently dropped.
+/// The configurations a run asks for: with a second implementation, only its transport's, and of
+/// them only the configurations the implementation serves (all of them when none is named). The
+/// others are recorded as not run (see [`not_served`]), never silently dropped.
 fn configurations_for(
     manifest: &Manifest,
-    implementation: SqsImpl,
+    second: Option<Implementation>,
     transports: &[String],
     asked: &[String],
 ) -> Result<Vec<String>> {
-    if implementation.is_reference() {
+    let Some(implementation) = second else {
         return Ok(asked.to_vec());
+    };
+    let (name, transport) = (implementation.name(), implementation.transport());
+    if transports.iter().any(|t| t != transport) || (transports.is_empty() && asked.is_empty()) {
+        bail!("--impl {name} is an implementation of the {transport} transport; run it with --transport {transport}");
     }
-    let name = implementation.name();
-    if transports.iter().any(|t| t != "sqs") || (transports.is_empty() && asked.is_empty()) {
-        bail!("--impl {name}: only the sqs transport has a second implementation; run it with --transport sqs");
-    }
-    let sqs = manifest.configurations.iter().filter(|c| c.transport == "sqs").map(|c| c.name.as_str());
+    let own = manifest.configurations.iter().filter(|c| c.transport == transport).map(|c| c.name.as_str());
     if asked.is_empty() {
-        return Ok(sqs.filter(|c| implementation.serves(c)).map(str::to_owned).collect());
+        return Ok(own.filter(|c| implementation.serves(c)).map(str::to_owned).collect());
     }
     for configuration in asked {
-        let on_sqs = manifest.configurations.iter().any(|c| c.name == *configuration && c.transport == "sqs");
-        if !on_sqs || !implementation.serves(configuration) {
-            let served: Vec<&str> = sqs.clone().filter(|c| implementation.serves(c)).collect();
+        let on_it = manifest.configurations.iter().any(|c| c.name == *configuration && c.transport == transport);
+        if !on_it || !implementation.serves(configuration) {
+            let served: Vec<&str> = own.clone().filter(|c| implementation.serves(c)).collect();
             bail!(
                 "--configuration {configuration}: not served by {name}; valid choices with --impl {name}: {}",
                 served.join(", ")
@@ -677,16 +686,17 @@ fn configurations_for(
     Ok(asked.to_vec())
 }
 
-/// The sqs configurations a second implementation cannot carry, for the fidelity table's
-/// not-run rows (empty for the reference implementation).
-fn not_served<'m>(manifest: &'m Manifest, implementation: SqsImpl, transports: &[String]) -> Vec<&'m str> {
-    if implementation.is_reference() || !transports.iter().any(|t| t == "sqs") {
+/// The configurations of its transport a second implementation cannot carry, for the fidelity
+/// table's not-run rows.
+fn not_served<'m>(manifest: &'m Manifest, implementation: Implementation, transports: &[String]) -> Vec<&'m str> {
+    let transport = implementation.transport();
+    if !transports.iter().any(|t| t == transport) {
         return Vec::new();
     }
     manifest
         .configurations
         .iter()
-        .filter(|c| c.transport == "sqs" && !implementation.serves(&c.name))
+        .filter(|c| c.transport == transport && !implementation.serves(&c.name))
         .map(|c| c.name.as_str())
         .collect()
 }
@@ -708,13 +718,13 @@ fn run_all(
 ) -> Result<Vec<BinaryRun>> {
     let total: usize = binaries.iter().map(|(_, exe, filters)| list_tests(exe, filters).map_or(0, |t| t.len())).sum();
     let (mut done, mut runs) = (0, Vec::new());
-    let RunWith { brokers, implementation } = run_with;
+    let RunWith { brokers, second } = run_with;
     for (transport, executable, filters) in binaries {
         let call = |filters: Vec<String>| BinaryCall {
             workspace: root,
             transport,
             brokers,
-            implementation,
+            second,
             executable,
             filters,
             limits,
@@ -966,39 +976,63 @@ mod tests {
     fn an_unknown_implementation_is_refused_naming_the_choices() {
         let error = Command::try_parse_from(["conformance", "--impl", "ElasticMQ"]).err().expect("refused").to_string();
         assert!(error.contains("invalid value 'ElasticMQ' for '--impl <IMPLEMENTATION>'"), "{error}");
-        assert!(error.contains("[possible values: moto, elasticmq]"), "{error}");
+        assert!(error.contains("[possible values: moto, elasticmq, apache, rocketmq-rust]"), "{error}");
         let parsed = Command::try_parse_from(["conformance", "--transport", "sqs", "--impl", "elasticmq"]).unwrap();
-        assert_eq!(parsed.args.implementation, SqsImpl::ElasticMq);
+        assert_eq!(parsed.args.implementation, Some(Implementation::ElasticMq));
+        let parsed = Command::try_parse_from(["conformance", "--transport", "rocketmq", "--impl", "rocketmq-rust"]);
+        assert_eq!(parsed.unwrap().args.implementation, Some(Implementation::RocketMqRust));
+        assert_eq!(Command::try_parse_from(["conformance"]).unwrap().args.implementation, None);
     }
 
     #[test]
     fn a_second_implementation_runs_locally_or_not_at_all() {
-        assert!(brokers_for(Brokers::Auto, SqsImpl::ElasticMq).unwrap() == Brokers::Local);
-        assert!(brokers_for(Brokers::Containers, SqsImpl::Moto).unwrap() == Brokers::Containers);
-        let error = brokers_for(Brokers::Env, SqsImpl::ElasticMq).err().unwrap().to_string();
+        assert!(brokers_for(Brokers::Auto, Some(Implementation::ElasticMq)).unwrap() == Brokers::Local);
+        assert!(brokers_for(Brokers::Local, Some(Implementation::RocketMqRust)).unwrap() == Brokers::Local);
+        assert!(brokers_for(Brokers::Containers, None).unwrap() == Brokers::Containers);
+        let error = brokers_for(Brokers::Env, Some(Implementation::ElasticMq)).err().unwrap().to_string();
         assert_eq!(
             error,
             "--impl elasticmq runs the local elasticmq server; --brokers env cannot give it (valid choices with --impl \
              elasticmq: auto, local)"
         );
+        let error = brokers_for(Brokers::Containers, Some(Implementation::RocketMqRust)).err().unwrap().to_string();
+        assert!(error.starts_with("--impl rocketmq-rust runs the local rocketmq-rust server"), "{error}");
     }
 
     #[test]
     fn elasticmq_runs_the_sqs_configurations_it_serves_and_names_the_others() {
         let manifest = manifest();
         let sqs = strings(&["sqs"]);
-        let elasticmq = SqsImpl::ElasticMq;
+        let elasticmq = Some(Implementation::ElasticMq);
         assert_eq!(configurations_for(&manifest, elasticmq, &sqs, &[]).unwrap(), strings(&["sqs", "sqs-fifo"]));
-        assert_eq!(not_served(&manifest, elasticmq, &sqs), vec!["sns", "sns-fifo"]);
+        assert_eq!(not_served(&manifest, Implementation::ElasticMq, &sqs), vec!["sns", "sns-fifo"]);
         let error = configurations_for(&manifest, elasticmq, &sqs, &strings(&["sns"])).unwrap_err().to_string();
         assert_eq!(
             error,
             "--configuration sns: not served by elasticmq; valid choices with --impl elasticmq: sqs, sqs-fifo"
         );
         let error = configurations_for(&manifest, elasticmq, &strings(&["gcp"]), &[]).unwrap_err().to_string();
-        assert!(error.starts_with("--impl elasticmq: only the sqs transport has a second implementation"), "{error}");
+        assert_eq!(error, "--impl elasticmq is an implementation of the sqs transport; run it with --transport sqs");
         // The reference implementation changes nothing.
-        assert_eq!(configurations_for(&manifest, SqsImpl::Moto, &[], &[]).unwrap(), Vec::<String>::new());
-        assert!(not_served(&manifest, SqsImpl::Moto, &sqs).is_empty());
+        assert_eq!(configurations_for(&manifest, None, &[], &[]).unwrap(), Vec::<String>::new());
+    }
+
+    #[test]
+    fn rocketmq_rust_runs_the_rocketmq_configuration_and_nothing_else() {
+        let manifest = manifest();
+        let rocketmq = strings(&["rocketmq"]);
+        let rust = Some(Implementation::RocketMqRust);
+        assert_eq!(configurations_for(&manifest, rust, &rocketmq, &[]).unwrap(), rocketmq);
+        assert!(not_served(&manifest, Implementation::RocketMqRust, &rocketmq).is_empty());
+        let error = configurations_for(&manifest, rust, &strings(&["sqs"]), &[]).unwrap_err().to_string();
+        assert_eq!(
+            error,
+            "--impl rocketmq-rust is an implementation of the rocketmq transport; run it with --transport rocketmq"
+        );
+        let error = configurations_for(&manifest, rust, &[], &strings(&["sqs"])).unwrap_err().to_string();
+        assert_eq!(
+            error,
+            "--configuration sqs: not served by rocketmq-rust; valid choices with --impl rocketmq-rust: rocketmq"
+        );
     }
 }

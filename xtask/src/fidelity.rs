@@ -9,7 +9,7 @@ use std::path::Path;
 use anyhow::Result;
 use ledger::{Behaviour, CellId, CellResult, Fidelity, Ledger, RunRecord, Verdict};
 
-use crate::brokers::SqsImpl;
+use crate::brokers::Implementation;
 use crate::conformance::{panic_message, BinaryRun};
 use crate::libtest;
 
@@ -27,7 +27,7 @@ const NO_SNS: &str = "has no SNS API; goaws v0.4.5 cannot stand in: it reads onl
 /// One finished run on a second implementation.
 pub(crate) struct FidelityRun<'a> {
     pub ledger_dir: &'a Path,
-    pub implementation: SqsImpl,
+    pub implementation: Implementation,
     pub results: &'a [CellResult],
     pub runs: &'a [BinaryRun],
     pub modules: &'a BTreeMap<String, &'a str>,
@@ -84,11 +84,12 @@ pub(crate) fn render(ledger_dir: &Path, table: &Fidelity, ledger: &Ledger) -> Re
     Ok(())
 }
 
-/// The reference implementation a second one stands beside: moto for every SQS implementation.
+/// The reference implementation a second one stands beside: moto for every SQS implementation,
+/// Apache RocketMQ for every RocketMQ one.
 fn reference_of(implementation: &str) -> String {
-    match implementation {
-        "elasticmq" => format!("{} (reference)", SqsImpl::Moto.name()),
-        other => format!("the reference of {other}"),
+    match Implementation::named(implementation) {
+        Some(implementation) => format!("{} (reference)", implementation.reference().name()),
+        None => format!("the reference of {implementation}"),
     }
 }
 
@@ -100,5 +101,7 @@ mod tests {
     fn the_not_run_reason_is_one_table_line() {
         assert!(!NO_SNS.contains("  ") && !NO_SNS.contains('\n') && !NO_SNS.contains('\t'), "{NO_SNS}");
         assert_eq!(reference_of("elasticmq"), "moto (reference)");
+        assert_eq!(reference_of("rocketmq-rust"), "apache (reference)");
+        assert_eq!(reference_of("goaws"), "the reference of goaws");
     }
 }

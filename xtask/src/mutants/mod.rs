@@ -85,7 +85,7 @@ fn measure(
             transport: &transport.name,
             brokers,
             // Defects are judged against the reference implementation, as the ledger is.
-            implementation: crate::brokers::SqsImpl::Moto,
+            second: None,
             executable,
             filters: Vec::new(),
             limits,
