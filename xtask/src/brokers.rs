@@ -225,51 +225,28 @@ fn up_to_date(built: &Path, folder: &Path, sources: &[&str]) -> bool {
 /// providers/brokers/rocketmq/pom.xml, and the project's launcher compiled against it; both run
 /// with the machine's Java.
 fn install_rocketmq() -> Result<()> {
-    let root = root();
-    let source = root.join("providers/brokers/rocketmq");
-    let install = root.join(".brokers/rocketmq");
-    let launcher = install.join("classes/Launcher.class");
-    if up_to_date(&launcher, &source, &["pom.xml", "Launcher.java"]) {
-        return Ok(());
-    }
-    eprintln!("brokers: fetching the RocketMQ jars from Maven Central into {}", install.join("lib").display());
-    // A fresh lib folder: jars of an older pinned version must not stay on the class path.
-    let lib = install.join("lib");
-    if lib.exists() {
-        std::fs::remove_dir_all(&lib).with_context(|| format!("cannot clear {}", lib.display()))?;
-    }
-    run_quietly(
-        Command::new("mvn")
-            .args(["--batch-mode", "--quiet", "-f"])
-            .arg(source.join("pom.xml"))
-            .arg("dependency:copy-dependencies")
-            .arg(format!("-DoutputDirectory={}", lib.display())),
-        "fetch the RocketMQ jars with mvn dependency:copy-dependencies",
-    )?;
-    run_quietly(
-        Command::new("javac")
-            .arg("-cp")
-            .arg(lib.join("*"))
-            .arg("-d")
-            .arg(install.join("classes"))
-            .arg(source.join("Launcher.java")),
-        "compile the RocketMQ launcher with javac",
-    )
+    install_java_launcher("RocketMQ", "providers/brokers/rocketmq", ".brokers/rocketmq", "Launcher")
 }
 
 /// ElasticMQ's server from Maven Central, pinned in providers/brokers/elasticmq/pom.xml, and the
 /// project's launcher compiled against it, under .brokers/sqs/elasticmq; run with the machine's
-/// Java. The same steps as RocketMQ's.
+/// Java.
 fn install_elasticmq() -> Result<()> {
+    install_java_launcher("ElasticMQ", "providers/brokers/elasticmq", ".brokers/sqs/elasticmq", "ElasticMqLauncher")
+}
+
+/// The jars `source`/pom.xml pins, fetched with Maven into `install`/lib, and `source`/`launcher`.java
+/// compiled against them into `install`/classes; skipped while the class is newer than both.
+fn install_java_launcher(name: &str, source: &str, install: &str, launcher: &str) -> Result<()> {
     let root = root();
-    let source = root.join("providers/brokers/elasticmq");
-    let install = root.join(".brokers/sqs/elasticmq");
-    let launcher = install.join("classes/ElasticMqLauncher.class");
-    if up_to_date(&launcher, &source, &["pom.xml", "ElasticMqLauncher.java"]) {
+    let (source, install) = (root.join(source), root.join(install));
+    let java = format!("{launcher}.java");
+    if up_to_date(&install.join(format!("classes/{launcher}.class")), &source, &["pom.xml", &java]) {
         return Ok(());
     }
-    eprintln!("brokers: fetching the ElasticMQ jars from Maven Central into {}", install.join("lib").display());
     let lib = install.join("lib");
+    eprintln!("brokers: fetching the {name} jars from Maven Central into {}", lib.display());
+    // A fresh lib folder: jars of an older pinned version must not stay on the class path.
     if lib.exists() {
         std::fs::remove_dir_all(&lib).with_context(|| format!("cannot clear {}", lib.display()))?;
     }
@@ -279,7 +256,7 @@ fn install_elasticmq() -> Result<()> {
             .arg(source.join("pom.xml"))
             .arg("dependency:copy-dependencies")
             .arg(format!("-DoutputDirectory={}", lib.display())),
-        "fetch the ElasticMQ jars with mvn dependency:copy-dependencies",
+        &format!("fetch the {name} jars with mvn dependency:copy-dependencies"),
     )?;
     run_quietly(
         Command::new("javac")
@@ -287,8 +264,8 @@ fn install_elasticmq() -> Result<()> {
             .arg(lib.join("*"))
             .arg("-d")
             .arg(install.join("classes"))
-            .arg(source.join("ElasticMqLauncher.java")),
-        "compile the ElasticMQ launcher with javac",
+            .arg(source.join(java)),
+        &format!("compile the {name} launcher with javac"),
     )
 }
 
