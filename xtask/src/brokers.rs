@@ -349,3 +349,34 @@ pub fn pinned_version(transport: &str, implementation: &str) -> Option<String> {
     };
     std::fs::read_to_string(brokers.join(file)).ok()?.lines().find_map(find)
 }
+
+/// A broker Debian packages (redis-server, mosquitto, PostgreSQL): `binary` is all the project
+/// uses, started by its own launcher on a free loopback port, never as the package's service
+/// (machines here run no init system, so installing the package starts none). When `binary` is
+/// missing the package is installed with apt-get, which needs root; a machine without apt-get
+/// gets an error naming the package to install by hand.
+#[allow(dead_code)] // until the first Debian-packaged broker's install uses it
+pub(crate) fn install_debian_package(package: &str, binary: &Path) -> Result<()> {
+    if binary.exists() {
+        return Ok(());
+    }
+    let apt_available = Command::new("apt-get").arg("--version").output().is_ok_and(|o| o.status.success());
+    if !apt_available {
+        bail!(
+            "brokers: {} is missing and apt-get is not available to install the Debian package {package}; \
+             install {package} (or your system's package of it) by hand",
+            binary.display()
+        );
+    }
+    eprintln!("brokers: installing the Debian package {package} with apt-get (about 15 s)");
+    let apt = |args: &[&str], what: &str| {
+        run_quietly(Command::new("apt-get").env("DEBIAN_FRONTEND", "noninteractive").args(args), what)
+    };
+    // The package lists may be stale or absent on a fresh machine: refresh them first.
+    apt(&["update", "-qq"], "apt-get update")?;
+    apt(&["install", "-y", "-qq", "--no-install-recommends", package], &format!("apt-get install {package}"))?;
+    if !binary.exists() {
+        bail!("brokers: apt-get installed {package} but {} is still missing", binary.display());
+    }
+    Ok(())
+}
