@@ -93,7 +93,7 @@ fn test(brokers: Option<conformance::Brokers>) -> Result<()> {
     eprintln!("brokers: {} (each broker-backed test binary says which source it used)", brokers.name());
     brokers::INSTALLABLE.iter().try_for_each(|transport| brokers::install(transport))?;
     let cargo_test = |args: &[&str]| -> Result<()> {
-        let status = std::process::Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
+        let status = conformance::cargo()
             .current_dir(root())
             .arg("test")
             .args(args)

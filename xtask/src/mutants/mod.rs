@@ -54,8 +54,16 @@ fn build(
     brokers: Brokers,
 ) -> Result<BTreeMap<String, PathBuf>> {
     let selected: Vec<(&str, &str)> = transports.iter().map(|t| (t.name.as_str(), t.feature.as_str())).collect();
-    conformance::build_test_binaries(&scratch.root, Some(&root().join("target")), &selected, brokers)
-        .with_context(|| format!("{label}: the scratch workspace does not build; a mutant must compile"))
+    // The selected features only: the scratch copy is a workspace of its own path, so nothing of
+    // the README's build is reused, and every mutant recompiles what its features pull in.
+    conformance::build_test_binaries(
+        &scratch.root,
+        Some(&root().join("target")),
+        &selected,
+        brokers,
+        conformance::Features::Selected,
+    )
+    .with_context(|| format!("{label}: the scratch workspace does not build; a mutant must compile"))
 }
 
 /// Runs the transports' cells on the scratch copy as it is now.
