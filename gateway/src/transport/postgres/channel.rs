@@ -132,7 +132,12 @@ impl PostgresChannel {
 
     /// Deletes (`None`) or releases after `delay` the row `message` was received from, while
     /// its delivery's lease holds.
-    async fn settle(&self, message: &Message, release: Option<Duration>, operation: &'static str) -> Result<(), ChannelError> {
+    async fn settle(
+        &self,
+        message: &Message,
+        release: Option<Duration>,
+        operation: &'static str,
+    ) -> Result<(), ChannelError> {
         let not_in_flight = || kit::not_in_flight(self.name(), operation, message);
         let (id, deliveries) = message.receipt.as_deref().and_then(parse_receipt).ok_or_else(not_in_flight)?;
         let client = self.statements.clone();
@@ -170,7 +175,8 @@ impl Channel for PostgresChannel {
 
     async fn receive(&self, timeout: Duration) -> Result<Option<Message>, ChannelError> {
         let fetch = |_wait| self.receive_one();
-        let route = move |row, problem| async move { kit::route_unreadable(self, &self.unreadable(row), problem).await };
+        let route =
+            move |row, problem| async move { kit::route_unreadable(self, &self.unreadable(row), problem).await };
         let read = |row: &ReceivedRow| read_row(row, &self.warnings);
         receive_readable(timeout, self.poll_interval, fetch, read, route).await
     }
@@ -265,7 +271,13 @@ mod tests {
     /// `sent` as a row received for the `deliveries`-th time.
     fn received(sent: &Message, deliveries: i32) -> ReceivedRow {
         let (names, values) = attributes::header_attributes(sent).into_iter().map(|(n, v)| (n.to_owned(), v)).unzip();
-        ReceivedRow { id: 7, deliveries, attribute_names: names, attribute_values: values, body: sent.body.bytes.clone() }
+        ReceivedRow {
+            id: 7,
+            deliveries,
+            attribute_names: names,
+            attribute_values: values,
+            body: sent.body.bytes.clone(),
+        }
     }
 
     #[test]
@@ -307,7 +319,13 @@ mod tests {
 
     #[test]
     fn a_row_without_the_header_is_malformed() {
-        let row = ReceivedRow { id: 1, deliveries: 1, attribute_names: vec![], attribute_values: vec![], body: b"raw".to_vec() };
+        let row = ReceivedRow {
+            id: 1,
+            deliveries: 1,
+            attribute_names: vec![],
+            attribute_values: vec![],
+            body: b"raw".to_vec(),
+        };
         let problem = read_row(&row, &ReaderWarnings::default()).unwrap_err();
         assert!(problem.detail.contains("messageType"), "{problem}");
     }

@@ -19,11 +19,7 @@ pub struct PostgresSubscription {
 
 impl PostgresSubscription {
     pub fn new(subscription: Subscription) -> PostgresSubscription {
-        PostgresSubscription {
-            subscription,
-            lease: Duration::from_secs(30),
-            poll_interval: Duration::from_millis(50),
-        }
+        PostgresSubscription { subscription, lease: Duration::from_secs(30), poll_interval: Duration::from_millis(50) }
     }
 }
 
