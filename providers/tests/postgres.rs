@@ -208,3 +208,33 @@ async fn a_delayed_send_is_received_not_before_the_delay() {
     assert!(sent_at.elapsed() >= Duration::from_secs(2), "received {:?} after a 2 s delay", sent_at.elapsed());
     consumer.acknowledge(&delivered).await.unwrap();
 }
+
+/// `FOR UPDATE SKIP LOCKED`: two channels receiving from one queue at once never both hold a
+/// row; every message is received exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_receivers_never_take_the_same_row() {
+    let queue = unique("concurrent");
+    let subscription = Subscription::new(format!("{queue}-sub"), &queue);
+    let lease = Duration::from_secs(30);
+    let (first, second) = (channel(&subscription, lease).await, channel(&subscription, lease).await);
+    let mut sent: Vec<String> = Vec::new();
+    for n in 0..40 {
+        let message = Message::new(&queue, MessageType::Event, format!("message {n}"));
+        connection().producer().send(&message).await.unwrap();
+        sent.push(message.id().to_owned());
+    }
+    let drain = |consumer: Arc<dyn Channel>| async move {
+        let mut received = Vec::new();
+        while let Some(message) = consumer.receive(Duration::from_millis(500)).await.unwrap() {
+            received.push(message.id().to_owned());
+            consumer.acknowledge(&message).await.unwrap();
+        }
+        received
+    };
+    let (mut one, two) = tokio::join!(drain(first), drain(second));
+    eprintln!("SKIP LOCKED: the two receivers took {} and {} of {}", one.len(), two.len(), sent.len());
+    one.extend(two);
+    one.sort();
+    sent.sort();
+    assert_eq!(one, sent, "a message received twice or never");
+}
