@@ -31,7 +31,7 @@ pub enum BrokersTask {
 }
 
 /// The transports with a local broker, and the ones that need none.
-pub const INSTALLABLE: [&str; 4] = ["memory", "sqs", "gcp", "rocketmq"];
+pub const INSTALLABLE: [&str; 5] = ["memory", "sqs", "gcp", "rocketmq", "postgres"];
 
 /// The broker implementations of `providers::implementation` (xtask does not link providers), as
 /// their transport's variable (CONFORMANCE_SQS_IMPL, CONFORMANCE_ROCKETMQ_IMPL) names them.
@@ -137,6 +137,7 @@ pub fn install(transport: &str) -> Result<()> {
         "sqs" => install_moto(),
         "gcp" => install_pstest(),
         "rocketmq" => install_rocketmq(),
+        "postgres" => install_postgres(),
         other => bail!("brokers install {other}: no such transport; valid choices: {}", INSTALLABLE.join(", ")),
     }
 }
@@ -150,6 +151,33 @@ pub(crate) fn run_quietly(command: &mut Command, what: &str) -> Result<()> {
             String::from_utf8_lossy(&output.stdout),
             String::from_utf8_lossy(&output.stderr)
         );
+    }
+    Ok(())
+}
+
+/// The server the local PostgreSQL runs (providers::postgres::POSTGRES_BIN holds its folder).
+const POSTGRES_BIN: &str = "/usr/lib/postgresql/15/bin/postgres";
+
+/// PostgreSQL 15 from Debian (postgresql-15), whose server and initdb the project's launcher
+/// (providers/brokers/postgres/launcher.sh) runs in a temporary cluster of its own. The server
+/// refuses to run as root, and every machine here runs as root: the launcher then runs it as the
+/// unprivileged system user `postgres`, which the package creates; made here when missing.
+fn install_postgres() -> Result<()> {
+    install_debian_package("postgresql-15", Path::new(POSTGRES_BIN))?;
+    let user_exists = Command::new("id").args(["-u", "postgres"]).output().is_ok_and(|o| o.status.success());
+    if !user_exists {
+        eprintln!("brokers: creating the system user postgres, which runs the local PostgreSQL server");
+        run_quietly(
+            Command::new("useradd").args([
+                "--system",
+                "--user-group",
+                "--no-create-home",
+                "--shell",
+                "/usr/sbin/nologin",
+                "postgres",
+            ]),
+            "create the system user postgres with useradd",
+        )?;
     }
     Ok(())
 }
@@ -327,6 +355,12 @@ pub fn pinned_version(transport: &str, implementation: &str) -> Option<String> {
     if (transport, implementation) == ("rocketmq", "rocketmq-rust") {
         return Some(format!("rocketmq-rust {ROCKETMQ_RUST_VERSION}"));
     }
+    if transport == "postgres" {
+        // The Debian package pins the major version; the minor is whatever Debian ships.
+        let output = Command::new(POSTGRES_BIN).arg("--version").output().ok()?;
+        let version = String::from_utf8_lossy(&output.stdout);
+        return Some(format!("PostgreSQL {}", version.trim().strip_prefix("postgres (PostgreSQL) ")?));
+    }
     let brokers = root().join("providers/brokers");
     let (file, find): (&str, fn(&str) -> Option<String>) = match (transport, implementation) {
         ("sqs", "elasticmq") => ("elasticmq/pom.xml", |line| {
@@ -355,7 +389,6 @@ pub fn pinned_version(transport: &str, implementation: &str) -> Option<String> {
 /// (machines here run no init system, so installing the package starts none). When `binary` is
 /// missing the package is installed with apt-get, which needs root; a machine without apt-get
 /// gets an error naming the package to install by hand.
-#[allow(dead_code)] // until the first Debian-packaged broker's install uses it
 pub(crate) fn install_debian_package(package: &str, binary: &Path) -> Result<()> {
     if binary.exists() {
         return Ok(());

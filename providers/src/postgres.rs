@@ -1,0 +1,152 @@
+//! The PostgreSQL configuration: `postgres` (one queue table, `FOR UPDATE SKIP LOCKED` receives,
+//! a visibility deadline as the lease).
+//!
+//! The database, once per test binary, from the source `source::start` picks: the connection
+//! string in `DATABASE_URL`, or a cluster of the binary's own: `initdb` into a temporary folder
+//! and `postgres` on a free loopback port, behind `providers/brokers/postgres/launcher.sh`, from
+//! the Debian package `cargo xtask brokers install postgres` installs (never the system's
+//! service). No container definition yet.
+
+use std::path::Path;
+use std::process::Command;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use gateway::transport::postgres::{PostgresConnection, PostgresSubscription};
+use gateway::{Channel, Producer, Subscription};
+
+use crate::broker::ImageRef;
+use crate::builder::{reader_subscription, CellBroker, CellNames, CellPlan};
+use crate::local::{self, LocalError, LocalProcess};
+use crate::source::{self, Definition, Running};
+
+/// The lease of a received row in a cell (the manifest's `lease_ms`): room for FR-2's delay and
+/// the "at once" bound with the skew the generator demands.
+pub const LEASE: Duration = Duration::from_secs(8);
+
+/// Where the Debian package postgresql-15 puts the server and initdb.
+pub const POSTGRES_BIN: &str = "/usr/lib/postgresql/15/bin";
+/// The one user of the binary's own cluster (trusted, loopback only).
+const USER: &str = "conformance";
+
+struct Broker {
+    connection: PostgresConnection,
+    url: String,
+    _running: Running,
+}
+
+/// The local cluster: the launcher prints `postgres ready <url>` once the server accepts
+/// connections, and removes the cluster when the test binary's stdin closes.
+fn start_local() -> Result<LocalProcess, LocalError> {
+    let server = Path::new(POSTGRES_BIN).join("postgres");
+    if !server.exists() {
+        return Err(LocalError::NotInstalled {
+            name: "postgres",
+            missing: server,
+            install: "cargo xtask brokers install postgres",
+        });
+    }
+    let port = local::free_loopback_port();
+    let mut command = Command::new("bash");
+    command
+        .arg(local::workspace_root().join("providers/brokers/postgres/launcher.sh"))
+        .arg(POSTGRES_BIN)
+        .arg(port.to_string())
+        .arg(USER);
+    local::start("postgres", "postgres", command, port, "postgres ready", Duration::from_secs(90))
+}
+
+/// The image a container definition would run: the official one, overridable for a mirror.
+pub const POSTGRES_IMAGE: &str = "postgres:15";
+pub const POSTGRES_IMAGE_VARIABLE: &str = "CONFORMANCE_POSTGRES_IMAGE";
+
+/// The PostgreSQL database in each source (chosen by `source::start`).
+fn definition() -> Definition {
+    Definition {
+        transport: "postgres",
+        endpoint_variable: "DATABASE_URL",
+        image: ImageRef::from_environment("postgres", POSTGRES_IMAGE_VARIABLE, POSTGRES_IMAGE),
+        #[cfg(feature = "containers")]
+        container: None,
+        local: start_local,
+    }
+}
+
+fn broker() -> &'static Broker {
+    static BROKER: OnceLock<Broker> = OnceLock::new();
+    BROKER.get_or_init(|| {
+        let running = source::start(&definition());
+        let url = match (&running, running.loopback_address()) {
+            (Running::Env(url), _) => url.clone(),
+            (_, Some(address)) => format!("postgres://{USER}@{address}/postgres"),
+            (_, None) => unreachable!("a started broker has a loopback address"),
+        };
+        // Connecting is async, and the caller may itself be on a runtime: block a plain thread.
+        let connected = Arc::new(std::sync::Mutex::new(None));
+        let (slot, address) = (connected.clone(), url.clone());
+        source::require_answer("postgres", &running, &url, async move {
+            let connection = PostgresConnection::connect(&address).await?;
+            connection.create_schema().await?;
+            *slot.lock().expect("one writer") = Some(connection);
+            Ok::<_, gateway::ChannelError>(())
+        });
+        let connection =
+            connected.lock().expect("one writer").take().expect("require_answer stops the binary otherwise");
+        Broker { connection, url, _running: running }
+    })
+}
+
+/// The connection to this binary's database, for bespoke tests.
+pub fn connection() -> &'static PostgresConnection {
+    &broker().connection
+}
+
+/// This binary's database's connection string, for bespoke tests that look at the table.
+pub fn url() -> &'static str {
+    &broker().url
+}
+
+pub struct PostgresConfiguration {
+    name: &'static str,
+}
+
+pub fn postgres() -> &'static PostgresConfiguration {
+    static CONFIGURATION: PostgresConfiguration = PostgresConfiguration { name: "postgres" };
+    &CONFIGURATION
+}
+
+/// A channel for `subscription` (a queue), with `lease`.
+pub async fn channel_with_lease(subscription: Subscription, lease: Duration) -> Arc<dyn Channel> {
+    let name = subscription.name.clone();
+    let mut subscription = PostgresSubscription::new(subscription);
+    subscription.lease = lease;
+    connection().channel(&subscription).await.unwrap_or_else(|e| panic!("creating {name}: {e}"))
+}
+
+// Rows are left in the table: the cluster is the test binary's own and goes with it.
+#[async_trait]
+impl CellBroker for PostgresConfiguration {
+    type Created = ();
+
+    fn configuration(&self) -> &'static str {
+        self.name
+    }
+
+    /// A queue named as the cell, received by the subscription `<queue>-sub`.
+    fn names(&self, queue: &str) -> CellNames {
+        CellNames::new(format!("{queue}-sub"), queue)
+    }
+
+    async fn channel(&self, plan: &CellPlan, _: &mut ()) -> Arc<dyn Channel> {
+        channel_with_lease(plan.subscription.clone(), LEASE).await
+    }
+
+    async fn reader(&self, destination: &str, _: &mut ()) -> Arc<dyn Channel> {
+        channel_with_lease(reader_subscription(destination), LEASE).await
+    }
+
+    fn producer(&self, _: &CellPlan) -> Arc<dyn Producer> {
+        Arc::new(connection().producer())
+    }
+}

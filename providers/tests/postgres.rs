@@ -1,0 +1,240 @@
+//! Bespoke PostgreSQL tests outside the templates: the measurement of the row's delivery
+//! counter over nacks, requeues and lease lapses (the evidence for the manifest's `exact`),
+//! reject's atomicity under a fault injected between its insert and its delete (a trigger, so
+//! the gateway keeps no test hook), the dead-letter copy keeping its stamp across dead-letter
+//! deliveries (R-28), and an unreadable row routed as Unacceptable.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use gateway::error::ErrorKind;
+use gateway::rejection::{keys, Rejection};
+use gateway::transport::postgres::PostgresConnection;
+use gateway::{Channel, Message, MessageType, Producer, Subscription};
+
+mod support;
+use support::{receive, unique};
+
+fn connection() -> &'static PostgresConnection {
+    providers::postgres::connection()
+}
+
+async fn channel(subscription: &Subscription, lease: Duration) -> Arc<dyn Channel> {
+    providers::postgres::channel_with_lease(subscription.clone(), lease).await
+}
+
+/// A plain client on the test's runtime, to look at the table and install faults.
+async fn sql() -> tokio_postgres::Client {
+    let (client, connection) =
+        tokio_postgres::connect(providers::postgres::url(), tokio_postgres::NoTls).await.expect("connect");
+    tokio::spawn(connection);
+    client
+}
+
+/// The rows of `queue` and their delivery counters.
+async fn counters(client: &tokio_postgres::Client, queue: &str) -> Vec<i32> {
+    let rows = client.query("SELECT deliveries FROM gateway_queue WHERE queue = $1 ORDER BY id", &[&queue]).await;
+    rows.expect("select").iter().map(|row| row.get(0)).collect()
+}
+
+/// The measurement: one message, received four times: released by a nack, requeued with a
+/// delay, left unsettled until its lease lapses, and received by a channel made anew. The row's
+/// counter reads 1, 2, 3, 4 (presented 0, 1, 2, 3): one more on every receive, whatever ended
+/// the delivery before it. The counter kind is `exact`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_row_counter_grows_by_one_over_nacks_requeues_and_lease_lapses() {
+    let queue = unique("counter");
+    let subscription = Subscription::new(format!("{queue}-sub"), &queue).with_requeue_count(5);
+    let lease = Duration::from_secs(2);
+    let consumer = channel(&subscription, lease).await;
+    let client = sql().await;
+    let sent = Message::new(&queue, MessageType::Command, "measured");
+    connection().producer().send(&sent).await.unwrap();
+    let started = Instant::now();
+    let (mut presented, mut counted, mut arrivals) = (Vec::new(), Vec::new(), Vec::new());
+    let mut record = async |delivery: &Message| {
+        presented.push(delivery.header.handled_count);
+        counted.extend(counters(&client, &queue).await);
+        arrivals.push(started.elapsed().as_millis());
+    };
+    let first = receive(&*consumer, sent.id(), Duration::from_secs(10)).await.expect("delivery 1");
+    record(&first).await;
+    consumer.nack(&first).await.unwrap();
+    let second = receive(&*consumer, sent.id(), Duration::from_secs(10)).await.expect("delivery 2 (after a nack)");
+    record(&second).await;
+    let requeued_at = Instant::now();
+    consumer.requeue(&second, Duration::from_secs(1)).await.unwrap();
+    let third = receive(&*consumer, sent.id(), Duration::from_secs(10)).await.expect("delivery 3 (after a requeue)");
+    assert!(
+        requeued_at.elapsed() >= Duration::from_secs(1),
+        "a 1 s requeue came back after {:?}",
+        requeued_at.elapsed()
+    );
+    record(&third).await;
+    // Unsettled: its lease lapses. A channel made anew receives it.
+    let lapsed_at = Instant::now();
+    drop(consumer);
+    let recreated = channel(&subscription, lease).await;
+    let fourth = receive(&*recreated, sent.id(), Duration::from_secs(10)).await.expect("delivery 4 (after a lapse)");
+    assert!(lapsed_at.elapsed() >= lease - Duration::from_millis(500), "received again before the lease lapsed");
+    record(&fourth).await;
+    eprintln!(
+        "postgres counter: the row's deliveries read {counted:?}, presented {presented:?}, arrivals after send {arrivals:?} ms"
+    );
+    assert_eq!(counted, [1, 2, 3, 4]);
+    assert_eq!(presented, [0, 1, 2, 3]);
+    // The settled third delivery's receipt is stale: the lapse ended that delivery.
+    let stale = recreated.acknowledge(&third).await.unwrap_err();
+    assert!(matches!(stale, gateway::ChannelError::NotInFlight { .. }), "{stale}");
+    recreated.acknowledge(&fourth).await.unwrap();
+    assert!(counters(&client, &queue).await.is_empty(), "acknowledged, yet the row is there");
+}
+
+/// Reject is one transaction: a fault between the copy's insert and the original's delete (a
+/// `BEFORE DELETE` trigger raising on this queue's rows) commits neither. The dead-letter queue
+/// holds no copy, the original is still there and is received again; once the fault is gone, a
+/// reject routes exactly one copy and removes the original.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reject_that_fails_between_insert_and_delete_routes_nothing_and_keeps_the_original() {
+    let queue = unique("atomic");
+    let dead_letter = format!("{queue}-dlq");
+    let subscription = Subscription::new(format!("{queue}-sub"), &queue).with_dead_letter(&dead_letter);
+    let lease = Duration::from_secs(20);
+    let consumer = channel(&subscription, lease).await;
+    let client = sql().await;
+    let trigger = format!("fault_{}", queue.replace('-', "_"));
+    client
+        .batch_execute(
+            "CREATE OR REPLACE FUNCTION conformance_refuse_delete() RETURNS trigger LANGUAGE plpgsql AS $$ \
+             BEGIN RAISE EXCEPTION 'injected fault: the delete of row % fails', OLD.id; END $$;",
+        )
+        .await
+        .unwrap();
+    client
+        .batch_execute(&format!(
+            "CREATE TRIGGER {trigger} BEFORE DELETE ON gateway_queue FOR EACH ROW \
+             WHEN (OLD.queue = '{queue}') EXECUTE FUNCTION conformance_refuse_delete()"
+        ))
+        .await
+        .unwrap();
+    let sent = Message::new(&queue, MessageType::Command, "rejected under a fault");
+    connection().producer().send(&sent).await.unwrap();
+    let first = receive(&*consumer, sent.id(), Duration::from_secs(10)).await.expect("delivery 1");
+    let failed = consumer.reject(&first, Some(&Rejection::delivery_error("budget spent"))).await.unwrap_err();
+    assert_eq!(failed.kind(), Some(ErrorKind::Rejected), "{failed}");
+    assert!(format!("{failed:?}").contains("injected fault"), "{failed:?}");
+    assert_eq!(counters(&client, &dead_letter).await, Vec::<i32>::new(), "a copy was committed without the delete");
+    assert_eq!(counters(&client, &queue).await, [1], "the original is gone");
+    // Released by the failed reject: received again well before its 20 s lease.
+    let released_at = Instant::now();
+    let second = receive(&*consumer, sent.id(), Duration::from_secs(5)).await.expect("the original, received again");
+    assert!(released_at.elapsed() < lease);
+    assert_eq!(second.header.handled_count, 1);
+    client.batch_execute(&format!("DROP TRIGGER {trigger} ON gateway_queue")).await.unwrap();
+    assert!(consumer.reject(&second, Some(&Rejection::delivery_error("budget spent"))).await.unwrap());
+    assert_eq!(counters(&client, &dead_letter).await, [0], "exactly one copy, not yet received");
+    assert!(counters(&client, &queue).await.is_empty(), "the original is still there");
+    let dead_letters = channel(&Subscription::new(format!("{dead_letter}-reader"), &dead_letter), lease).await;
+    let copy = receive(&*dead_letters, sent.id(), Duration::from_secs(10)).await.expect("the copy");
+    assert_eq!(copy.header.bag.get(keys::REJECTION_REASON), Some(&"DeliveryError".into()));
+    dead_letters.acknowledge(&copy).await.unwrap();
+    assert!(dead_letters.receive(Duration::from_secs(1)).await.unwrap().is_none(), "a second copy");
+}
+
+/// R-28: the dead-letter copy keeps its stamped count on every dead-letter delivery, whatever
+/// the copy's own row counter says.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dead_letter_copy_keeps_its_stamp_across_dead_letter_deliveries() {
+    let queue = unique("dlq");
+    let dead_letter = format!("{queue}-dlq");
+    let subscription = Subscription::new(format!("{queue}-sub"), &queue).with_dead_letter(&dead_letter);
+    let lease = Duration::from_secs(10);
+    let consumer = channel(&subscription, lease).await;
+    let dead_letters = channel(&Subscription::new(format!("{dead_letter}-reader"), &dead_letter), lease).await;
+    let client = sql().await;
+    let sent = Message::new(&queue, MessageType::Command, "rejected");
+    connection().producer().send(&sent).await.unwrap();
+    let mut delivered = receive(&*consumer, sent.id(), Duration::from_secs(10)).await.expect("delivery");
+    delivered.header.handled_count = 3; // as the pump leaves it when the budget R = 3 is spent
+    assert!(consumer.reject(&delivered, Some(&Rejection::delivery_error("budget spent"))).await.unwrap());
+    let (mut counts, mut row_counters) = (Vec::new(), Vec::new());
+    for _ in 0..3 {
+        let copy = receive(&*dead_letters, sent.id(), Duration::from_secs(10)).await.expect("a dead-letter delivery");
+        assert_eq!(copy.header.bag.get(keys::REJECTION_REASON), Some(&"DeliveryError".into()));
+        counts.push(copy.header.handled_count);
+        row_counters.extend(counters(&client, &dead_letter).await);
+        dead_letters.nack(&copy).await.unwrap();
+    }
+    assert_eq!(row_counters, [1, 2, 3]);
+    assert_eq!(counts, [3, 3, 3]);
+}
+
+/// A row the gateway cannot read goes to the invalid-message queue as Unacceptable, with its
+/// body, and leaves the source.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreadable_row_is_routed_as_unacceptable() {
+    let queue = unique("unreadable");
+    let invalid_queue = format!("{queue}-invalid");
+    let subscription = Subscription::new(format!("{queue}-sub"), &queue).with_invalid_message(&invalid_queue);
+    let lease = Duration::from_secs(10);
+    let consumer = channel(&subscription, lease).await;
+    let invalid = channel(&Subscription::new(format!("{invalid_queue}-reader"), &invalid_queue), lease).await;
+    let client = sql().await;
+    let none: Vec<String> = Vec::new();
+    client
+        .execute(
+            "INSERT INTO gateway_queue (queue, attribute_names, attribute_values, body) VALUES ($1, $2, $2, $3)",
+            &[&queue, &none, &b"not a gateway message".to_vec()],
+        )
+        .await
+        .unwrap();
+    assert!(consumer.receive(Duration::from_secs(2)).await.unwrap().is_none(), "the unreadable row was presented");
+    let routed = invalid.receive(Duration::from_secs(10)).await.unwrap().expect("the routed copy");
+    assert_eq!(routed.body.bytes, b"not a gateway message");
+    assert_eq!(routed.header.bag.get(keys::REJECTION_REASON), Some(&"Unacceptable".into()));
+    invalid.acknowledge(&routed).await.unwrap();
+    assert!(counters(&client, &queue).await.is_empty(), "the unreadable row stayed in its queue");
+}
+
+/// A delayed send is received not before its delay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delayed_send_is_received_not_before_the_delay() {
+    let queue = unique("delayed");
+    let consumer = channel(&Subscription::new(format!("{queue}-sub"), &queue), Duration::from_secs(10)).await;
+    let sent = Message::new(&queue, MessageType::Event, "later");
+    let sent_at = Instant::now();
+    connection().producer().send_with_delay(&sent, Duration::from_secs(2)).await.unwrap();
+    let delivered = receive(&*consumer, sent.id(), Duration::from_secs(10)).await.expect("the delayed message");
+    assert!(sent_at.elapsed() >= Duration::from_secs(2), "received {:?} after a 2 s delay", sent_at.elapsed());
+    consumer.acknowledge(&delivered).await.unwrap();
+}
+
+/// `FOR UPDATE SKIP LOCKED`: two channels receiving from one queue at once never both hold a
+/// row; every message is received exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_receivers_never_take_the_same_row() {
+    let queue = unique("concurrent");
+    let subscription = Subscription::new(format!("{queue}-sub"), &queue);
+    let lease = Duration::from_secs(30);
+    let (first, second) = (channel(&subscription, lease).await, channel(&subscription, lease).await);
+    let mut sent: Vec<String> = Vec::new();
+    for n in 0..40 {
+        let message = Message::new(&queue, MessageType::Event, format!("message {n}"));
+        connection().producer().send(&message).await.unwrap();
+        sent.push(message.id().to_owned());
+    }
+    let drain = |consumer: Arc<dyn Channel>| async move {
+        let mut received = Vec::new();
+        while let Some(message) = consumer.receive(Duration::from_millis(500)).await.unwrap() {
+            received.push(message.id().to_owned());
+            consumer.acknowledge(&message).await.unwrap();
+        }
+        received
+    };
+    let (mut one, two) = tokio::join!(drain(first), drain(second));
+    eprintln!("SKIP LOCKED: the two receivers took {} and {} of {}", one.len(), two.len(), sent.len());
+    one.extend(two);
+    one.sort();
+    sent.sort();
+    assert_eq!(one, sent, "a message received twice or never");
+}
