@@ -7,6 +7,7 @@ use providers::{CellSpec, Provider, Variant};
 
 // The body runs under the per-cell ceiling (providers::ceiling) on a two-worker tokio runtime.
 #[test]
+#[ignore = "Deferred (MQTT 5.0 §3.3.2.3: MQTT 3.1.1 and 5.0 have no per-message delay (no PUBLISH field or property for one); the channel refuses a delayed requeue (Unsupported) rather than redelivering early)"]
 fn requeue_with_delay_redelivers_not_before_the_delay() {
     providers::within_ceiling_async(|| async {
         use std::time::{Duration, Instant};

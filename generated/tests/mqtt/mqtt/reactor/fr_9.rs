@@ -7,6 +7,7 @@ use providers::{CellSpec, Provider, Variant};
 
 // The body runs under the per-cell ceiling (providers::ceiling) on a thread of its own.
 #[test]
+#[ignore = "Deferred (MQTT 5.0 §3.3.2.3: MQTT 3.1.1 and 5.0 have no per-message delay (no PUBLISH field or property for one); the producer refuses a delayed send (Unsupported) rather than delivering early)"]
 fn send_with_delay_delivers_not_before_the_delay() {
     providers::within_ceiling(|| {
         use std::time::{Duration, Instant};
