@@ -7,7 +7,7 @@
 //! configuration at once, `CELLS_AT_ONCE` cells each, as a transport's test binary runs its
 //! matrix: one broker serves them all). The cells' bounds must hold under the loaded figure.
 //!
-//! `cargo bench -p providers --features sqs,gcp,rocketmq --bench redelivery [-- CONFIGURATION…]`
+//! `cargo bench -p providers --features sqs,gcp,rocketmq,mqtt --bench redelivery [-- CONFIGURATION…]`
 //! (each compiled-in configuration when none is named; name one transport's configurations to
 //! load its broker as its matrix does; brokers as CONFORMANCE_BROKERS says).
 
@@ -35,6 +35,8 @@ fn providers() -> Vec<&'static dyn Provider> {
     ]);
     #[cfg(feature = "rocketmq")]
     all.push(providers::rocketmq());
+    #[cfg(feature = "mqtt")]
+    all.push(providers::mqtt());
     all
 }
 
@@ -120,7 +122,8 @@ async fn main() {
         }
         println!("{name:<20} nack     {}", figures(nacks));
         println!("{name:<20} requeue0 {}", figures(requeues));
-        if name != "memory" {
+        // Nothing lapses on memory, nor on a connected MQTT session (no lease).
+        if !["memory", "mqtt"].contains(&name) {
             println!("{name:<20} lapse    {}", figures(vec![round(&cell, Release::Lapse).await]));
         }
         cell.finish().await;
