@@ -30,6 +30,14 @@ CONF
 
 "$mosquitto" -c "$work/mosquitto.conf" &
 broker_pid=$!
+# A launcher killed outright (SIGKILL: the kill-broker fault) cannot stop mosquitto itself: a
+# watchdog does, and deletes the folder.
+launcher_pid=$$
+(
+    while kill -0 "$launcher_pid" 2>/dev/null; do sleep 1; done
+    kill "$broker_pid" 2>/dev/null
+    rm -rf "$work"
+) < /dev/null > /dev/null 2>&1 &
 
 stop() {
     kill "$broker_pid" 2>/dev/null
