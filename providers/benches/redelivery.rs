@@ -7,7 +7,7 @@
 //! configuration at once, `CELLS_AT_ONCE` cells each, as a transport's test binary runs its
 //! matrix: one broker serves them all). The cells' bounds must hold under the loaded figure.
 //!
-//! `cargo bench -p providers --features sqs,gcp,rocketmq,postgres --bench redelivery [-- CONFIGURATION…]`
+//! `cargo bench -p providers --features sqs,gcp,rocketmq,postgres,mqtt --bench redelivery [-- CONFIGURATION…]`
 //! (each compiled-in configuration when none is named; name one transport's configurations to
 //! load its broker as its matrix does; brokers as CONFORMANCE_BROKERS says).
 
@@ -37,6 +37,8 @@ fn providers() -> Vec<&'static dyn Provider> {
     all.push(providers::rocketmq());
     #[cfg(feature = "postgres")]
     all.push(providers::postgres());
+    #[cfg(feature = "mqtt")]
+    all.push(providers::mqtt());
     all
 }
 
@@ -122,7 +124,8 @@ async fn main() {
         }
         println!("{name:<20} nack     {}", figures(nacks));
         println!("{name:<20} requeue0 {}", figures(requeues));
-        if name != "memory" {
+        // Nothing lapses on memory, nor on a connected MQTT session (no lease).
+        if !["memory", "mqtt"].contains(&name) {
             println!("{name:<20} lapse    {}", figures(vec![round(&cell, Release::Lapse).await]));
         }
         cell.finish().await;

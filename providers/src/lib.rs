@@ -17,6 +17,8 @@ pub mod implementation;
 pub mod local;
 #[cfg(feature = "memory")]
 pub mod memory;
+#[cfg(feature = "mqtt")]
+pub mod mqtt;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 pub mod recording;
@@ -37,6 +39,8 @@ pub use cell::{
 pub use gcp::{gcp_pull, gcp_pull_ordering, gcp_stream, gcp_stream_ordering};
 #[cfg(feature = "memory")]
 pub use memory::memory;
+#[cfg(feature = "mqtt")]
+pub use mqtt::mqtt;
 #[cfg(feature = "postgres")]
 pub use postgres::postgres;
 pub use recording::AlwaysDefers;

@@ -31,7 +31,7 @@ pub enum BrokersTask {
 }
 
 /// The transports with a local broker, and the ones that need none.
-pub const INSTALLABLE: [&str; 5] = ["memory", "sqs", "gcp", "rocketmq", "postgres"];
+pub const INSTALLABLE: [&str; 6] = ["memory", "sqs", "gcp", "rocketmq", "postgres", "mqtt"];
 
 /// The broker implementations of `providers::implementation` (xtask does not link providers), as
 /// their transport's variable (CONFORMANCE_SQS_IMPL, CONFORMANCE_ROCKETMQ_IMPL) names them.
@@ -138,6 +138,8 @@ pub fn install(transport: &str) -> Result<()> {
         "gcp" => install_pstest(),
         "rocketmq" => install_rocketmq(),
         "postgres" => install_postgres(),
+        // Debian's mosquitto; the harness runs its own on a loopback port, never the system service.
+        "mqtt" => install_debian_package("mosquitto", Path::new("/usr/sbin/mosquitto")),
         other => bail!("brokers install {other}: no such transport; valid choices: {}", INSTALLABLE.join(", ")),
     }
 }

@@ -1,17 +1,22 @@
 //! Transports: each turns broker messages into `Message`s through the delivery-count rule and
 //! settles them. The in-memory one is always compiled; broker ones sit behind cargo features.
 
-#[cfg(any(feature = "sqs", feature = "gcp", feature = "rocketmq", feature = "postgres"))]
+#[cfg(any(feature = "sqs", feature = "gcp", feature = "rocketmq", feature = "postgres", feature = "mqtt"))]
 pub mod attributes;
 #[cfg(feature = "gcp")]
 pub mod gcp;
 // The shared pieces; the in-memory transport uses only some of them.
-#[cfg_attr(not(any(feature = "sqs", feature = "gcp", feature = "rocketmq", feature = "postgres")), allow(dead_code))]
+#[cfg_attr(
+    not(any(feature = "sqs", feature = "gcp", feature = "rocketmq", feature = "postgres", feature = "mqtt")),
+    allow(dead_code)
+)]
 mod kit;
 pub mod memory;
+#[cfg(feature = "mqtt")]
+pub mod mqtt;
 #[cfg(feature = "postgres")]
 pub mod postgres;
-#[cfg(any(feature = "gcp", feature = "rocketmq", feature = "postgres"))]
+#[cfg(any(feature = "gcp", feature = "rocketmq", feature = "postgres", feature = "mqtt"))]
 mod receive_loop;
 #[cfg(feature = "rocketmq")]
 pub mod rocketmq;

@@ -1,0 +1,133 @@
+//! The MQTT configuration: `mqtt` (MQTT 3.1.1, QoS 1, a persistent session per subscription).
+//!
+//! The broker, once per test binary, from the source `source::start` picks: the broker at
+//! `MQTT_BROKER` (`host:port`), or a local mosquitto (Debian's package, `cargo xtask brokers
+//! install mqtt`) behind `providers/brokers/mosquitto/launcher.sh`, which writes its
+//! configuration in a temporary folder, listens on a free loopback port and stops with the
+//! binary. No container definition yet.
+
+use std::path::Path;
+use std::process::Command;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use gateway::transport::mqtt::MqttConnection;
+use gateway::{Channel, Producer, Subscription};
+
+use crate::broker::ImageRef;
+use crate::builder::{reader_subscription, CellBroker, CellNames, CellPlan};
+use crate::local::{self, LocalError, LocalProcess};
+use crate::source::{self, Definition, Running};
+
+/// Where Debian's mosquitto package puts the broker.
+pub const MOSQUITTO: &str = "/usr/sbin/mosquitto";
+
+struct Broker {
+    connection: MqttConnection,
+    _running: Running,
+}
+
+fn start_local() -> Result<LocalProcess, LocalError> {
+    if !Path::new(MOSQUITTO).exists() {
+        let missing = MOSQUITTO.into();
+        return Err(LocalError::NotInstalled {
+            name: "mosquitto",
+            missing,
+            install: "cargo xtask brokers install mqtt",
+        });
+    }
+    let port = local::free_loopback_port();
+    let mut command = Command::new("bash");
+    command
+        .arg(local::workspace_root().join("providers/brokers/mosquitto/launcher.sh"))
+        .arg(MOSQUITTO)
+        .arg(port.to_string());
+    local::start("mosquitto", "mqtt", command, port, "mosquitto ready", Duration::from_secs(30))
+}
+
+/// The image a container definition would use (none yet): Eclipse's, overridable for a mirror.
+pub const MQTT_IMAGE: &str = "eclipse-mosquitto:2.0.11";
+pub const MQTT_IMAGE_VARIABLE: &str = "CONFORMANCE_MQTT_IMAGE";
+
+/// The MQTT broker in each source (chosen by `source::start`).
+fn definition() -> Definition {
+    Definition {
+        transport: "mqtt",
+        endpoint_variable: "MQTT_BROKER",
+        image: ImageRef::from_environment("mqtt", MQTT_IMAGE_VARIABLE, MQTT_IMAGE),
+        #[cfg(feature = "containers")]
+        container: None,
+        local: start_local,
+    }
+}
+
+fn broker() -> &'static Broker {
+    static BROKER: OnceLock<Broker> = OnceLock::new();
+    BROKER.get_or_init(|| {
+        let running = source::start(&definition());
+        let address = match (&running, running.loopback_address()) {
+            (Running::Env(address), _) => address.clone(),
+            (_, Some(address)) => address,
+            (_, None) => unreachable!("a started broker has a loopback address"),
+        };
+        // Connecting is async, and the caller may itself be on a runtime: block a plain thread.
+        let connected = Arc::new(std::sync::Mutex::new(None));
+        let (slot, endpoint) = (connected.clone(), address.clone());
+        source::require_answer("mqtt", &running, &address, async move {
+            let connection = MqttConnection::connect(&endpoint).await?;
+            *slot.lock().expect("one writer") = Some(connection);
+            Ok::<_, gateway::ChannelError>(())
+        });
+        let connection =
+            connected.lock().expect("one writer").take().expect("require_answer stops the binary otherwise");
+        Broker { connection, _running: running }
+    })
+}
+
+/// The connection to this binary's MQTT broker, for bespoke tests.
+pub fn connection() -> &'static MqttConnection {
+    &broker().connection
+}
+
+pub struct MqttConfiguration {
+    name: &'static str,
+}
+
+pub fn mqtt() -> &'static MqttConfiguration {
+    static CONFIGURATION: MqttConfiguration = MqttConfiguration { name: "mqtt" };
+    &CONFIGURATION
+}
+
+/// A channel for `subscription`: a persistent session on its topic.
+async fn channel(subscription: Subscription) -> Arc<dyn Channel> {
+    let name = subscription.name.clone();
+    connection().channel(&subscription).await.unwrap_or_else(|e| panic!("creating {name}: {e}"))
+}
+
+// Sessions are left on the broker: it is the test binary's own and goes with it.
+#[async_trait]
+impl CellBroker for MqttConfiguration {
+    type Created = ();
+
+    fn configuration(&self) -> &'static str {
+        self.name
+    }
+
+    /// A topic named as the cell, read by the persistent session `<topic>-session`.
+    fn names(&self, topic: &str) -> CellNames {
+        CellNames::new(format!("{topic}-session"), topic)
+    }
+
+    async fn channel(&self, plan: &CellPlan, _: &mut ()) -> Arc<dyn Channel> {
+        channel(plan.subscription.clone()).await
+    }
+
+    async fn reader(&self, destination: &str, _: &mut ()) -> Arc<dyn Channel> {
+        channel(reader_subscription(destination)).await
+    }
+
+    fn producer(&self, _: &CellPlan) -> Arc<dyn Producer> {
+        Arc::new(connection().producer())
+    }
+}

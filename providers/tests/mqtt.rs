@@ -1,0 +1,163 @@
+//! Bespoke MQTT tests outside the templates: the measurement that MQTT has no delivery counter
+//! (a redelivery on a resumed session carries only the DUP flag, and an unacknowledged message
+//! is not redelivered while its session stays connected), so the counter kind is `republished`;
+//! republishing growing the count on each requeue; the persistent session keeping what was
+//! published while its channel was gone; the dead-letter copy keeping its stamp across
+//! dead-letter reads; an unreadable payload routed as Unacceptable; and a delay refused.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use gateway::error::ErrorKind;
+use gateway::rejection::{keys, Rejection};
+use gateway::transport::mqtt::MqttConnection;
+use gateway::{Channel, Message, MessageType, Producer, Subscription};
+
+mod support;
+use support::{receive, unique};
+
+fn connection() -> &'static MqttConnection {
+    providers::mqtt::connection()
+}
+
+async fn channel(subscription: &Subscription) -> Arc<dyn Channel> {
+    connection().channel(subscription).await.unwrap()
+}
+
+fn session(topic: &str) -> Subscription {
+    Subscription::new(format!("{topic}-session"), topic)
+}
+
+/// The counter measurement: a message received and never settled, its session dropped and
+/// resumed twice. mosquitto resends it on each resumption (the DUP flag set) but MQTT carries no
+/// count, so every delivery presents the header's 0; while the session stays connected nothing
+/// comes back at all (no lease). Hence `republished`: the count grows only by republishing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mqtt_has_no_delivery_counter_a_resumed_session_resends_with_the_same_count() {
+    let topic = unique("counter");
+    let subscription = session(&topic).with_requeue_count(3);
+    let mut consumer = channel(&subscription).await;
+    let sent = Message::new(&topic, MessageType::Command, "measured");
+    connection().producer().send(&sent).await.unwrap();
+    let mut presented = Vec::new();
+    for resumption in 0..3 {
+        let delivery = receive(&*consumer, sent.id(), Duration::from_secs(10)).await.expect("a delivery");
+        presented.push(delivery.header.handled_count);
+        if resumption == 0 {
+            let again = receive(&*consumer, sent.id(), Duration::from_secs(3)).await;
+            assert!(again.is_none(), "an unsettled message came back on a connected session: MQTT has a lease?");
+        }
+        if resumption < 2 {
+            drop(consumer);
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            consumer = channel(&subscription).await;
+        } else {
+            consumer.acknowledge(&delivery).await.unwrap();
+        }
+    }
+    eprintln!("counter: presented {presented:?} across two session resumptions");
+    assert_eq!(presented, [0, 0, 0], "MQTT has no broker counter: a resend presents the header's count");
+    assert!(receive(&*consumer, sent.id(), Duration::from_secs(2)).await.is_none(), "acknowledged, yet redelivered");
+}
+
+/// The republished counter: each requeue (the pump adds one first) and nack publishes a copy with
+/// the count as given, so the count grows by exactly one per deferral: 0, 1, 2, 3, then a nack
+/// of the last keeps 3. The original is acknowledged each time: one copy in play.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn republishing_grows_the_count_by_one_on_each_requeue() {
+    let topic = unique("requeue");
+    let consumer = channel(&session(&topic)).await;
+    let sent = Message::new(&topic, MessageType::Command, "requeued");
+    connection().producer().send(&sent).await.unwrap();
+    let mut presented = Vec::new();
+    let mut delivery = receive(&*consumer, sent.id(), Duration::from_secs(10)).await.expect("delivery 1");
+    for _ in 0..3 {
+        presented.push(delivery.header.handled_count);
+        delivery.header.handled_count += 1; // as the pump leaves a deferred message
+        consumer.requeue(&delivery, Duration::ZERO).await.unwrap();
+        delivery = receive(&*consumer, sent.id(), Duration::from_secs(10)).await.expect("a redelivery");
+    }
+    presented.push(delivery.header.handled_count);
+    consumer.nack(&delivery).await.unwrap();
+    let nacked = receive(&*consumer, sent.id(), Duration::from_secs(10)).await.expect("the nacked copy");
+    presented.push(nacked.header.handled_count);
+    consumer.acknowledge(&nacked).await.unwrap();
+    eprintln!("republished: presented {presented:?}");
+    assert_eq!(presented, [0, 1, 2, 3, 3]);
+    assert!(receive(&*consumer, sent.id(), Duration::from_secs(2)).await.is_none(), "a requeued original came back");
+}
+
+/// The persistent session: a message published while the subscription's channel is gone is
+/// delivered when it is made again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_published_while_the_channel_is_gone_is_kept_by_its_session() {
+    let topic = unique("session");
+    let subscription = session(&topic);
+    drop(channel(&subscription).await);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let sent = Message::new(&topic, MessageType::Event, "kept");
+    connection().producer().send(&sent).await.unwrap();
+    let consumer = channel(&subscription).await;
+    let delivery = receive(&*consumer, sent.id(), Duration::from_secs(10)).await.expect("the kept message");
+    consumer.acknowledge(&delivery).await.unwrap();
+    assert!(consumer.acknowledge(&delivery).await.unwrap_err().to_string().contains("not in flight"));
+}
+
+/// the dead-letter copy keeps its stamped count on every dead-letter read, nacked between.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dead_letter_copy_keeps_its_stamp_across_dead_letter_reads() {
+    let topic = unique("dlq");
+    let consumer = channel(&session(&topic).with_dead_letter(format!("{topic}-dlq"))).await;
+    let dead_letters = channel(&Subscription::new(format!("{topic}-dlq-reader"), format!("{topic}-dlq"))).await;
+    let sent = Message::new(&topic, MessageType::Command, "rejected");
+    connection().producer().send(&sent).await.unwrap();
+    let mut delivered = receive(&*consumer, sent.id(), Duration::from_secs(10)).await.expect("delivery");
+    delivered.header.handled_count = 3; // as the pump leaves it when the budget R = 3 is spent
+    assert!(consumer.reject(&delivered, Some(&Rejection::delivery_error("budget spent"))).await.unwrap());
+    let mut counts = Vec::new();
+    for _ in 0..3 {
+        let copy = receive(&*dead_letters, sent.id(), Duration::from_secs(10)).await.expect("a dead-letter read");
+        assert_eq!(copy.header.bag.get(keys::REJECTION_REASON), Some(&"DeliveryError".into()));
+        counts.push(copy.header.handled_count);
+        dead_letters.nack(&copy).await.unwrap();
+    }
+    assert_eq!(counts, [3, 3, 3]);
+    assert!(receive(&*consumer, sent.id(), Duration::from_secs(2)).await.is_none(), "the rejected source came back");
+}
+
+/// A payload the gateway cannot read goes to the invalid-message topic as Unacceptable, with its
+/// body, and leaves the source.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreadable_payload_is_routed_as_unacceptable() {
+    let topic = unique("unreadable");
+    let consumer = channel(&session(&topic).with_invalid_message(format!("{topic}-invalid"))).await;
+    let invalid = channel(&Subscription::new(format!("{topic}-invalid-reader"), format!("{topic}-invalid"))).await;
+    connection().producer().publish_raw(&topic, b"not a gateway message".to_vec()).await.unwrap();
+    assert!(consumer.receive(Duration::from_secs(3)).await.unwrap().is_none(), "the unreadable payload was presented");
+    let routed = invalid.receive(Duration::from_secs(10)).await.unwrap().expect("the routed copy");
+    assert_eq!(routed.body.bytes, b"not a gateway message");
+    assert_eq!(routed.header.bag.get(keys::REJECTION_REASON), Some(&"Unacceptable".into()));
+    invalid.acknowledge(&routed).await.unwrap();
+    drop(consumer);
+    // Acknowledged after routing: the resumed session does not resend it.
+    let resumed = channel(&session(&topic).with_invalid_message(format!("{topic}-invalid"))).await;
+    assert!(resumed.receive(Duration::from_secs(2)).await.unwrap().is_none(), "the routed payload came back");
+    assert!(invalid.receive(Duration::from_secs(2)).await.unwrap().is_none(), "routed twice");
+}
+
+/// MQTT has no per-message delay: a delayed send and a delayed requeue are refused, and the
+/// refused requeue leaves the message in flight to be settled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delay_is_refused_not_shortened() {
+    let topic = unique("delay");
+    let consumer = channel(&session(&topic)).await;
+    let sent = Message::new(&topic, MessageType::Command, "delayed");
+    let refused = connection().producer().send_with_delay(&sent, Duration::from_secs(1)).await.unwrap_err();
+    assert_eq!(refused.kind(), Some(ErrorKind::Unsupported));
+    assert!(receive(&*consumer, sent.id(), Duration::from_secs(2)).await.is_none(), "a refused send was delivered");
+    connection().producer().send(&sent).await.unwrap();
+    let delivery = receive(&*consumer, sent.id(), Duration::from_secs(10)).await.expect("delivery");
+    let refused = consumer.requeue(&delivery, Duration::from_secs(1)).await.unwrap_err();
+    assert_eq!(refused.kind(), Some(ErrorKind::Unsupported));
+    consumer.acknowledge(&delivery).await.unwrap();
+}
