@@ -31,7 +31,7 @@ pub enum BrokersTask {
 }
 
 /// The transports with a local broker, and the ones that need none.
-pub const INSTALLABLE: [&str; 4] = ["memory", "sqs", "gcp", "rocketmq"];
+pub const INSTALLABLE: [&str; 5] = ["memory", "sqs", "gcp", "rocketmq", "redis"];
 
 /// The broker implementations of `providers::implementation` (xtask does not link providers), as
 /// their transport's variable (CONFORMANCE_SQS_IMPL, CONFORMANCE_ROCKETMQ_IMPL) names them.
@@ -137,6 +137,8 @@ pub fn install(transport: &str) -> Result<()> {
         "sqs" => install_moto(),
         "gcp" => install_pstest(),
         "rocketmq" => install_rocketmq(),
+        // Debian's redis-server; the provider's launcher runs it as a project-owned process.
+        "redis" => install_debian_package("redis-server", Path::new(REDIS_SERVER)),
         other => bail!("brokers install {other}: no such transport; valid choices: {}", INSTALLABLE.join(", ")),
     }
 }
@@ -350,12 +352,14 @@ pub fn pinned_version(transport: &str, implementation: &str) -> Option<String> {
     std::fs::read_to_string(brokers.join(file)).ok()?.lines().find_map(find)
 }
 
+/// Debian's redis-server binary, which `providers::redis` runs (the package's service never starts).
+const REDIS_SERVER: &str = "/usr/bin/redis-server";
+
 /// A broker Debian packages (redis-server, mosquitto, PostgreSQL): `binary` is all the project
 /// uses, started by its own launcher on a free loopback port, never as the package's service
 /// (machines here run no init system, so installing the package starts none). When `binary` is
 /// missing the package is installed with apt-get, which needs root; a machine without apt-get
 /// gets an error naming the package to install by hand.
-#[allow(dead_code)] // until the first Debian-packaged broker's install uses it
 pub(crate) fn install_debian_package(package: &str, binary: &Path) -> Result<()> {
     if binary.exists() {
         return Ok(());
