@@ -18,6 +18,8 @@ pub mod local;
 #[cfg(feature = "memory")]
 pub mod memory;
 pub mod recording;
+#[cfg(feature = "redis")]
+pub mod redis;
 #[cfg(feature = "rocketmq")]
 pub mod rocketmq;
 pub mod source;
@@ -36,6 +38,8 @@ pub use gcp::{gcp_pull, gcp_pull_ordering, gcp_stream, gcp_stream_ordering};
 #[cfg(feature = "memory")]
 pub use memory::memory;
 pub use recording::AlwaysDefers;
+#[cfg(feature = "redis")]
+pub use redis::redis_streams;
 #[cfg(feature = "rocketmq")]
 pub use rocketmq::rocketmq;
 #[cfg(feature = "sqs")]
