@@ -22,6 +22,8 @@ pub mod mqtt;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 pub mod recording;
+#[cfg(feature = "redis")]
+pub mod redis;
 #[cfg(feature = "rocketmq")]
 pub mod rocketmq;
 pub mod source;
@@ -44,6 +46,8 @@ pub use mqtt::mqtt;
 #[cfg(feature = "postgres")]
 pub use postgres::postgres;
 pub use recording::AlwaysDefers;
+#[cfg(feature = "redis")]
+pub use redis::redis_streams;
 #[cfg(feature = "rocketmq")]
 pub use rocketmq::rocketmq;
 #[cfg(feature = "sqs")]

@@ -4,7 +4,7 @@
 //! `CONFORMANCE_BROKERS` (set by `cargo xtask conformance --brokers` and `cargo xtask test`, or by
 //! hand for plain `cargo test`) picks the source:
 //! - `env`: the endpoint in the transport's variable (`AWS_ENDPOINT_URL`, `PUBSUB_EMULATOR_HOST`,
-//!   `NAMESRV_ADDR`); the run stops when it is unset.
+//!   `NAMESRV_ADDR`, `REDIS_URL`); the run stops when it is unset.
 //! - `containers`: the transport's image through testcontainers (feature `containers`), pulled by
 //!   the engine when missing; the run stops when no daemon answers or the container fails.
 //! - `local`: a local process installed by `cargo xtask brokers install <transport>`.

@@ -31,7 +31,7 @@ pub enum BrokersTask {
 }
 
 /// The transports with a local broker, and the ones that need none.
-pub const INSTALLABLE: [&str; 6] = ["memory", "sqs", "gcp", "rocketmq", "postgres", "mqtt"];
+pub const INSTALLABLE: [&str; 7] = ["memory", "sqs", "gcp", "rocketmq", "postgres", "mqtt", "redis"];
 
 /// The broker implementations of `providers::implementation` (xtask does not link providers), as
 /// their transport's variable (CONFORMANCE_SQS_IMPL, CONFORMANCE_ROCKETMQ_IMPL) names them.
@@ -140,6 +140,8 @@ pub fn install(transport: &str) -> Result<()> {
         "postgres" => install_postgres(),
         // Debian's mosquitto; the harness runs its own on a loopback port, never the system service.
         "mqtt" => install_debian_package("mosquitto", Path::new("/usr/sbin/mosquitto")),
+        // Debian's redis-server; the provider's launcher runs it as a project-owned process.
+        "redis" => install_debian_package("redis-server", Path::new(REDIS_SERVER)),
         other => bail!("brokers install {other}: no such transport; valid choices: {}", INSTALLABLE.join(", ")),
     }
 }
@@ -385,6 +387,9 @@ pub fn pinned_version(transport: &str, implementation: &str) -> Option<String> {
     };
     std::fs::read_to_string(brokers.join(file)).ok()?.lines().find_map(find)
 }
+
+/// Debian's redis-server binary, which `providers::redis` runs (the package's service never starts).
+const REDIS_SERVER: &str = "/usr/bin/redis-server";
 
 /// A broker Debian packages (redis-server, mosquitto, PostgreSQL): `binary` is all the project
 /// uses, started by its own launcher on a free loopback port, never as the package's service

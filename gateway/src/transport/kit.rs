@@ -56,7 +56,7 @@ pub(crate) fn whole_seconds(delay: Duration) -> u64 {
 
 /// A delayed send on a broker with no per-message delay is refused (`why` says so): sending it
 /// at once would break the delay's promise.
-#[cfg_attr(not(any(feature = "sqs", feature = "gcp", feature = "mqtt")), allow(dead_code))]
+#[cfg_attr(not(any(feature = "sqs", feature = "gcp", feature = "mqtt", feature = "redis")), allow(dead_code))]
 pub(crate) fn refuse_delay(message: &Message, delay: Duration, why: &'static str) -> Result<(), ChannelError> {
     if delay.is_zero() {
         return Ok(());

@@ -1,5 +1,5 @@
 //! The receive loop of the transports that fetch one broker message at a time (Pub/Sub pull,
-//! RocketMQ pop): fetch until a readable message arrives or the timeout passes.
+//! RocketMQ pop, Redis Streams): fetch until a readable message arrives or the timeout passes.
 
 use std::future::Future;
 use std::time::{Duration, Instant};

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# The local Redis of the conformance harness: Debian's redis-server (`cargo xtask brokers install
+# redis`), never the package's service, on a loopback port given by the caller, with no
+# persistence (no RDB snapshot, no append-only file) and a work dir of its own.
+#
+# Usage: launcher.sh <redis-server> <work dir> <port>
+# Prints `redis ready ...` on stdout once the server logs "Ready to accept connections" (its log
+# lines start with its pid, so local::start cannot wait on them directly), then runs until its
+# stdin closes (the test binary's end) or the server exits, and then stops the server and deletes
+# the work dir. A server that exits early has its last log lines printed, for the binary's error.
+set -u
+server=$1 work=$2 port=$3
+mkdir -p "$work"
+"$server" --bind 127.0.0.1 --port "$port" --dir "$work" --save "" --appendonly no \
+    --daemonize no --logfile "$work/redis.log" --protected-mode yes > /dev/null 2>&1 &
+server_pid=$!
+
+# SIGKILL: nothing is persisted, and the ending test binary must not wait for a shutdown.
+stop() {
+    kill -KILL "$server_pid" 2>/dev/null
+    wait "$server_pid" 2>/dev/null
+    rm -rf "$work"
+}
+
+report() {
+    tail -n 8 "$work/redis.log" 2>/dev/null | sed -e 's/^/redis-server: /'
+}
+
+for ((attempt = 0; ; attempt++)); do
+    if grep -q 'Ready to accept connections' "$work/redis.log" 2>/dev/null; then
+        break
+    fi
+    if ! kill -0 "$server_pid" 2>/dev/null || ((attempt == 300)); then
+        echo "redis did not become ready (the server exited, or 30 s passed)"
+        report
+        stop
+        exit 1
+    fi
+    sleep 0.05
+done
+echo "redis ready 127.0.0.1:$port"
+
+# A background job reads /dev/null unless told otherwise: give it the launcher's stdin.
+exec 3<&0
+cat <&3 > /dev/null &
+stdin_pid=$!
+wait -n "$stdin_pid" "$server_pid"
+status=$?
+if kill -0 "$stdin_pid" 2>/dev/null; then
+    echo "redis: the server exited (status $status) while the test binary ran"
+    report
+    kill "$stdin_pid" 2>/dev/null
+    stop
+    exit 1
+fi
+stop

@@ -1,0 +1,139 @@
+//! The Redis Streams configuration: `redis-streams` (a stream per topic, a consumer group per
+//! subscription).
+//!
+//! The server, once per test binary, from the source `source::start` picks: the URL in
+//! `REDIS_URL` (`redis://host:port`), or Debian's redis-server (`cargo xtask brokers install
+//! redis`) as a project-owned local process behind `providers/brokers/redis/launcher.sh`: a free
+//! loopback port, no persistence (`--save "" --appendonly no`), a work dir of its own under
+//! `.brokers/redis/run`, stopped and deleted when the binary ends. No container definition: no
+//! image can be pulled here to prove one against.
+
+use std::path::Path;
+use std::process::Command;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use gateway::transport::redis::{RedisConnection, RedisSubscription};
+use gateway::{Channel, Producer, Subscription};
+
+use crate::broker::ImageRef;
+use crate::builder::{reader_subscription, CellBroker, CellNames, CellPlan};
+use crate::local::{self, LocalError, LocalProcess};
+use crate::source::{self, Definition, Running};
+
+/// The lease of a delivered entry in a cell (the manifest's `lease_ms`): the receive path claims
+/// an entry idle for longer. Room for FR-2's delay, the "at once" bound and 1 s of skew.
+pub const LEASE: Duration = Duration::from_secs(8);
+
+/// Debian's redis-server, which `cargo xtask brokers install redis` installs.
+pub const REDIS_SERVER: &str = "/usr/bin/redis-server";
+
+struct Broker {
+    connection: RedisConnection,
+    _running: Running,
+}
+
+fn start_local() -> Result<LocalProcess, LocalError> {
+    if !Path::new(REDIS_SERVER).exists() {
+        let install = "cargo xtask brokers install redis";
+        return Err(LocalError::NotInstalled { name: "redis-server", missing: REDIS_SERVER.into(), install });
+    }
+    let port = local::free_loopback_port();
+    let work = local::install_dir("redis").join("run").join(port.to_string());
+    let mut command = Command::new("bash");
+    command
+        .arg(local::workspace_root().join("providers/brokers/redis/launcher.sh"))
+        .arg(REDIS_SERVER)
+        .arg(&work)
+        .arg(port.to_string());
+    local::start("redis-server", "redis", command, port, "redis ready", Duration::from_secs(30))
+}
+
+/// The image a container source would run (none is defined: see the module's comment);
+/// overridable, like every image, for a mirror.
+pub const REDIS_IMAGE: &str = "redis:7.0.15";
+pub const REDIS_IMAGE_VARIABLE: &str = "CONFORMANCE_REDIS_IMAGE";
+
+fn definition() -> Definition {
+    Definition {
+        transport: "redis",
+        endpoint_variable: "REDIS_URL",
+        image: ImageRef::from_environment("redis", REDIS_IMAGE_VARIABLE, REDIS_IMAGE),
+        #[cfg(feature = "containers")]
+        container: None,
+        local: start_local,
+    }
+}
+
+fn broker() -> &'static Broker {
+    static BROKER: OnceLock<Broker> = OnceLock::new();
+    BROKER.get_or_init(|| {
+        let running = source::start(&definition());
+        let url = match (&running, running.loopback_address()) {
+            (Running::Env(url), _) => url.clone(),
+            (_, Some(address)) => format!("redis://{address}"),
+            (_, None) => unreachable!("a started broker has a loopback address"),
+        };
+        // Connecting is async, and the caller may itself be on a runtime: block a plain thread.
+        let connected = Arc::new(std::sync::Mutex::new(None));
+        let (slot, address) = (connected.clone(), url.clone());
+        source::require_answer("redis", &running, &url, async move {
+            let connection = RedisConnection::connect(&address).await?;
+            *slot.lock().expect("one writer") = Some(connection);
+            Ok::<_, gateway::ChannelError>(())
+        });
+        let connection =
+            connected.lock().expect("one writer").take().expect("require_answer stops the binary otherwise");
+        Broker { connection, _running: running }
+    })
+}
+
+/// The connection to this binary's Redis server, for bespoke tests.
+pub fn connection() -> &'static RedisConnection {
+    &broker().connection
+}
+
+pub struct RedisConfiguration {
+    name: &'static str,
+}
+
+pub fn redis_streams() -> &'static RedisConfiguration {
+    static CONFIGURATION: RedisConfiguration = RedisConfiguration { name: "redis-streams" };
+    &CONFIGURATION
+}
+
+/// A channel for `subscription` (a consumer group on a stream), with the cells' lease.
+async fn channel(subscription: Subscription) -> Arc<dyn Channel> {
+    let name = subscription.name.clone();
+    let mut subscription = RedisSubscription::new(subscription);
+    subscription.lease = LEASE;
+    connection().channel(&subscription).await.unwrap_or_else(|e| panic!("creating {name}: {e}"))
+}
+
+// Streams are left on the server: it is the test binary's own, with nothing persisted.
+#[async_trait]
+impl CellBroker for RedisConfiguration {
+    type Created = ();
+
+    fn configuration(&self) -> &'static str {
+        self.name
+    }
+
+    /// A stream named as the cell, consumed by the group `<stream>-group`.
+    fn names(&self, stream: &str) -> CellNames {
+        CellNames::new(format!("{stream}-group"), stream)
+    }
+
+    async fn channel(&self, plan: &CellPlan, _: &mut ()) -> Arc<dyn Channel> {
+        channel(plan.subscription.clone()).await
+    }
+
+    async fn reader(&self, destination: &str, _: &mut ()) -> Arc<dyn Channel> {
+        channel(reader_subscription(destination)).await
+    }
+
+    fn producer(&self, _: &CellPlan) -> Arc<dyn Producer> {
+        Arc::new(connection().producer())
+    }
+}
