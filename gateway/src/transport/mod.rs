@@ -1,13 +1,27 @@
 //! Transports: each turns broker messages into `Message`s through the delivery-count rule and
 //! settles them. The in-memory one is always compiled; broker ones sit behind cargo features.
 
-#[cfg(any(feature = "sqs", feature = "gcp", feature = "rocketmq", feature = "postgres", feature = "mqtt", feature = "redis"))]
+#[cfg(any(
+    feature = "sqs",
+    feature = "gcp",
+    feature = "rocketmq",
+    feature = "postgres",
+    feature = "mqtt",
+    feature = "redis"
+))]
 pub mod attributes;
 #[cfg(feature = "gcp")]
 pub mod gcp;
 // The shared pieces; the in-memory transport uses only some of them.
 #[cfg_attr(
-    not(any(feature = "sqs", feature = "gcp", feature = "rocketmq", feature = "postgres", feature = "mqtt", feature = "redis")),
+    not(any(
+        feature = "sqs",
+        feature = "gcp",
+        feature = "rocketmq",
+        feature = "postgres",
+        feature = "mqtt",
+        feature = "redis"
+    )),
     allow(dead_code)
 )]
 mod kit;
