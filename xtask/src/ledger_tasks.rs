@@ -104,6 +104,7 @@ pub fn run(task: LedgerTask) -> Result<()> {
             if table.exists() {
                 crate::fidelity::render(&ledger_dir, &ledger::Fidelity::load(&table)?, &Ledger::load(&path)?)?;
             }
+            crate::mutants::render_matrix(&root, &manifest)?;
         }
         LedgerTask::Audit { fresh } => {
             let ledger = Ledger::load(&path)?;

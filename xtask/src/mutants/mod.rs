@@ -9,7 +9,7 @@ mod matrix;
 mod scratch;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
@@ -130,13 +130,9 @@ fn outcome(expectation: Expectation, red: Vec<u32>, healthy: &BTreeSet<u32>, com
     Some(Outcome { verdict, red, note, commit: commit.to_owned() })
 }
 
-pub fn run(args: &Args) -> Result<()> {
-    let started = Instant::now();
-    let root = root();
-    let manifest = Manifest::load(&root.join(generator::MANIFEST), &root.join("templates"))?;
-    let catalogue = Catalogue::load(&root, &manifest)?;
-    let selected = catalogue.select(&args.mutants)?;
-    let all_transports: Vec<Transport> = manifest
+/// Every transport of the manifest with its configurations: the kill matrix's columns.
+fn transports(manifest: &Manifest) -> Vec<Transport> {
+    manifest
         .transports()
         .into_iter()
         .map(|(name, feature)| Transport {
@@ -149,7 +145,31 @@ pub fn run(args: &Args) -> Result<()> {
                 .map(|c| c.name.clone())
                 .collect(),
         })
-        .collect();
+        .collect()
+}
+
+fn write_matrix(root: &Path, catalogue: &Catalogue, transports: &[Transport], results: &matrix::Results) -> Result<()> {
+    let columns: Vec<(String, Vec<String>)> =
+        transports.iter().map(|t| (t.name.clone(), t.configurations.clone())).collect();
+    ledger::file::write_atomically(&root.join(matrix::MATRIX), &matrix::render(&catalogue.mutants, &columns, results))?;
+    Ok(())
+}
+
+/// Renders `ledger/MUTANTS.md` again from `ledger/mutants.tsv` and the catalogue, without a run
+/// (`cargo xtask ledger render`): after merging two branches' kill matrices, say.
+pub fn render_matrix(root: &Path, manifest: &Manifest) -> Result<()> {
+    let catalogue = Catalogue::load(root, manifest)?;
+    let results = matrix::load(&root.join(matrix::RESULTS))?;
+    write_matrix(root, &catalogue, &transports(manifest), &results)
+}
+
+pub fn run(args: &Args) -> Result<()> {
+    let started = Instant::now();
+    let root = root();
+    let manifest = Manifest::load(&root.join(generator::MANIFEST), &root.join("templates"))?;
+    let catalogue = Catalogue::load(&root, &manifest)?;
+    let selected = catalogue.select(&args.mutants)?;
+    let all_transports = transports(&manifest);
     let chosen: Vec<&Transport> = conformance::selected_transports(&manifest, &args.transports)?
         .into_iter()
         .map(|(name, _)| all_transports.iter().find(|t| t.name == name).expect("a manifest transport"))
@@ -209,9 +229,7 @@ pub fn run(args: &Args) -> Result<()> {
         eprintln!("mutants: {} done in {:.1} s", mutant.id, mutant_started.elapsed().as_secs_f64());
     }
     scratch.restore()?;
-    let columns: Vec<(String, Vec<String>)> =
-        all_transports.iter().map(|t| (t.name.clone(), t.configurations.clone())).collect();
-    std::fs::write(root.join(matrix::MATRIX), matrix::render(&catalogue.mutants, &columns, &results))?;
+    write_matrix(&root, &catalogue, &all_transports, &results)?;
     eprintln!(
         "mutants: {} mutant(s) on {} in {:.1} s; the kill matrix is {}",
         selected.len(),
