@@ -7,7 +7,7 @@
 //! configuration at once, `CELLS_AT_ONCE` cells each, as a transport's test binary runs its
 //! matrix: one broker serves them all). The cells' bounds must hold under the loaded figure.
 //!
-//! `cargo bench -p providers --features sqs,gcp,rocketmq --bench redelivery [-- CONFIGURATION…]`
+//! `cargo bench -p providers --features sqs,gcp,rocketmq,rabbitmq --bench redelivery [-- CONFIGURATION…]`
 //! (each compiled-in configuration when none is named; name one transport's configurations to
 //! load its broker as its matrix does; brokers as CONFORMANCE_BROKERS says).
 
@@ -35,6 +35,8 @@ fn providers() -> Vec<&'static dyn Provider> {
     ]);
     #[cfg(feature = "rocketmq")]
     all.push(providers::rocketmq());
+    #[cfg(feature = "rabbitmq")]
+    all.extend([providers::rabbitmq() as &dyn Provider, providers::rabbitmq_quorum()]);
     all
 }
 

@@ -17,6 +17,8 @@ pub mod implementation;
 pub mod local;
 #[cfg(feature = "memory")]
 pub mod memory;
+#[cfg(feature = "rabbitmq")]
+pub mod rabbitmq;
 pub mod recording;
 #[cfg(feature = "rocketmq")]
 pub mod rocketmq;
@@ -35,6 +37,8 @@ pub use cell::{
 pub use gcp::{gcp_pull, gcp_pull_ordering, gcp_stream, gcp_stream_ordering};
 #[cfg(feature = "memory")]
 pub use memory::memory;
+#[cfg(feature = "rabbitmq")]
+pub use rabbitmq::{rabbitmq, rabbitmq_quorum};
 pub use recording::AlwaysDefers;
 #[cfg(feature = "rocketmq")]
 pub use rocketmq::rocketmq;

@@ -16,7 +16,8 @@ pub enum BrokersTask {
     /// Install the local broker of each transport (memory: nothing; sqs: moto in a venv, or with
     /// --impl elasticmq the ElasticMQ jars and the project's launcher; gcp: the pstest launcher;
     /// rocketmq: the Apache RocketMQ jars and the project's launcher, or with --impl
-    /// rocketmq-rust the Rust name server and broker, built with cargo install: about 15 minutes)
+    /// rocketmq-rust the Rust name server and broker, built with cargo install: about 15 minutes;
+    /// rabbitmq: Debian's rabbitmq-server package, run as a project-owned node)
     Install {
         /// Transports to install for
         #[arg(required = true, value_name = "TRANSPORT")]
@@ -31,7 +32,7 @@ pub enum BrokersTask {
 }
 
 /// The transports with a local broker, and the ones that need none.
-pub const INSTALLABLE: [&str; 4] = ["memory", "sqs", "gcp", "rocketmq"];
+pub const INSTALLABLE: [&str; 5] = ["memory", "sqs", "gcp", "rocketmq", "rabbitmq"];
 
 /// The broker implementations of `providers::implementation` (xtask does not link providers), as
 /// their transport's variable (CONFORMANCE_SQS_IMPL, CONFORMANCE_ROCKETMQ_IMPL) names them.
@@ -137,6 +138,7 @@ pub fn install(transport: &str) -> Result<()> {
         "sqs" => install_moto(),
         "gcp" => install_pstest(),
         "rocketmq" => install_rocketmq(),
+        "rabbitmq" => install_rabbitmq(),
         other => bail!("brokers install {other}: no such transport; valid choices: {}", INSTALLABLE.join(", ")),
     }
 }
@@ -350,12 +352,18 @@ pub fn pinned_version(transport: &str, implementation: &str) -> Option<String> {
     std::fs::read_to_string(brokers.join(file)).ok()?.lines().find_map(find)
 }
 
+/// RabbitMQ: Debian's rabbitmq-server (3.10.8 on bookworm, with Erlang/OTP 25), of which only
+/// the server script under /usr/lib/rabbitmq/bin is used, by providers/brokers/rabbitmq/launcher.sh
+/// (not /usr/sbin's wrapper, which switches user and logs to /var/log). About 30 s the first time.
+fn install_rabbitmq() -> Result<()> {
+    install_debian_package("rabbitmq-server", Path::new("/usr/lib/rabbitmq/bin/rabbitmq-server"))
+}
+
 /// A broker Debian packages (redis-server, mosquitto, PostgreSQL): `binary` is all the project
 /// uses, started by its own launcher on a free loopback port, never as the package's service
 /// (machines here run no init system, so installing the package starts none). When `binary` is
 /// missing the package is installed with apt-get, which needs root; a machine without apt-get
 /// gets an error naming the package to install by hand.
-#[allow(dead_code)] // until the first Debian-packaged broker's install uses it
 pub(crate) fn install_debian_package(package: &str, binary: &Path) -> Result<()> {
     if binary.exists() {
         return Ok(());
