@@ -119,7 +119,8 @@ pub struct RabbitMqConfiguration {
 }
 
 pub fn rabbitmq() -> &'static RabbitMqConfiguration {
-    static CONFIGURATION: RabbitMqConfiguration = RabbitMqConfiguration { name: "rabbitmq", queue_type: QueueType::Classic };
+    static CONFIGURATION: RabbitMqConfiguration =
+        RabbitMqConfiguration { name: "rabbitmq", queue_type: QueueType::Classic };
     &CONFIGURATION
 }
 

@@ -182,8 +182,15 @@ async fn an_unreadable_message_is_routed_as_unacceptable() {
         } else {
             (classic(subscription).await, classic(reader).await)
         };
-        connection().producer().send_native(&queue, b"not a gateway message", BasicProperties::default()).await.unwrap();
-        assert!(consumer.receive(Duration::from_secs(2)).await.unwrap().is_none(), "the unreadable message was presented");
+        connection()
+            .producer()
+            .send_native(&queue, b"not a gateway message", BasicProperties::default())
+            .await
+            .unwrap();
+        assert!(
+            consumer.receive(Duration::from_secs(2)).await.unwrap().is_none(),
+            "the unreadable message was presented"
+        );
         let routed = invalid.receive(Duration::from_secs(10)).await.unwrap().expect("the routed copy");
         assert_eq!(routed.body.bytes, b"not a gateway message");
         assert_eq!(routed.header.bag.get(keys::REJECTION_REASON), Some(&"Unacceptable".into()));

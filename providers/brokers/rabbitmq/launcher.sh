@@ -5,8 +5,8 @@
 #
 # Usage: launcher.sh <work dir> <amqp port> <distribution port> <epmd port> <node name>
 # Prints `ready 127.0.0.1:<amqp port>` on stdout once the node accepts AMQP (its boot banner's
-# "completed with N plugins", printed at any log level: no polling, no extra Erlang VM), and the
-# node's own console output (warnings and worse) on stderr. Stops the node (gracefully, then with
+# "completed with N plugins", printed at any log level: no polling, no extra Erlang VM); the
+# node's console output goes to log/console.log in the work dir, its errors also to stderr. Stops the node (gracefully, then with
 # SIGKILL to its process group) and deletes the work dir when its stdin closes (the test
 # binary's end), on SIGTERM/SIGINT, and, through a watchdog, even if this script is SIGKILLed.
 set -euo pipefail
@@ -56,10 +56,13 @@ trap cleanup EXIT INT TERM
 LPID=$$
 setsid bash -c "while kill -0 $LPID 2>/dev/null; do sleep 1; done; kill -KILL -- -$RMQ_PID 2>/dev/null; kill $EPMD_PID 2>/dev/null; rm -rf '$DIR'" \
   </dev/null >/dev/null 2>&1 &
-# The node's output to stderr; the ready line to stdout.
+# The node's console output to console.log (its errors also to stderr); the ready line to stdout.
 while IFS= read -r line; do
-  printf '%s\n' "$line" >&2
-  case $line in *" completed with "*" plugins."*) echo "ready 127.0.0.1:$AMQP";; esac
+  printf '%s\n' "$line" >> "$DIR/log/console.log"
+  case $line in
+    *" completed with "*" plugins."*) echo "ready 127.0.0.1:$AMQP";;
+    *"[error]"*|*"[critical]"*|*"BOOT FAILED"*|*"crash"*) printf 'rabbitmq: %s\n' "$line" >&2;;
+  esac
 done < "$DIR/out" &
 exec 3<&0
 # In the background with `wait`, so that a signal's trap runs at once (bash defers traps while a

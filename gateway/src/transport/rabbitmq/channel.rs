@@ -221,8 +221,9 @@ impl Channel for RabbitMqChannel {
 
     async fn receive(&self, timeout: Duration) -> Result<Option<Message>, ChannelError> {
         let get = |_wait| self.get_one();
-        let route =
-            move |delivery, problem| async move { kit::route_unreadable(self, &self.unreadable(delivery), problem).await };
+        let route = move |delivery, problem| async move {
+            kit::route_unreadable(self, &self.unreadable(delivery), problem).await
+        };
         let read = |delivery: &Delivery| read_delivery(delivery, self.rabbitmq.queue_type, &self.warnings);
         receive_readable(timeout, EMPTY_PAUSE, get, read, route).await
     }
@@ -253,9 +254,7 @@ impl Channel for RabbitMqChannel {
         match (self.rabbitmq.queue_type, delay.is_zero()) {
             (QueueType::Classic, _) => self.republish(message, delay, None).await,
             (QueueType::Quorum, true) => self.settle(message, Settle::Return, "requeue").await,
-            (QueueType::Quorum, false) => {
-                self.republish(message, delay, Some(message.header.handled_count)).await
-            }
+            (QueueType::Quorum, false) => self.republish(message, delay, Some(message.header.handled_count)).await,
         }
     }
 
@@ -336,9 +335,12 @@ mod tests {
         received.header.bag.insert("handledCount".into(), BagValue::Int(1));
         let copy = crate::rejection::stamp(&received, Some(&Rejection::delivery_error("budget spent")));
         for earlier in [None, Some(4)] {
-            let read =
-                read_delivery(&delivered(&copy, earlier.is_some(), earlier, &[]), QueueType::Quorum, &ReaderWarnings::default())
-                    .unwrap();
+            let read = read_delivery(
+                &delivered(&copy, earlier.is_some(), earlier, &[]),
+                QueueType::Quorum,
+                &ReaderWarnings::default(),
+            )
+            .unwrap();
             assert_eq!(read.header.handled_count, 3);
             assert!(read.header.bag.contains_key(keys::REJECTION_REASON));
         }
@@ -349,8 +351,8 @@ mod tests {
         let mut sent = Message::new("orders", MessageType::Event, "{\"a\":1}");
         sent.header.correlation_id = Some("c-1".into());
         sent.header.bag.insert("number".into(), BagValue::Int(-7));
-        let read = read_delivery(&delivered(&sent, false, None, &[]), QueueType::Classic, &ReaderWarnings::default())
-            .unwrap();
+        let read =
+            read_delivery(&delivered(&sent, false, None, &[]), QueueType::Classic, &ReaderWarnings::default()).unwrap();
         assert_eq!(read.header.id, sent.header.id);
         assert_eq!(read.header.correlation_id, sent.header.correlation_id);
         assert_eq!(read.header.bag, sent.header.bag);

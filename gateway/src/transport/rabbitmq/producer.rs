@@ -52,7 +52,12 @@ impl Publisher {
 
     /// Publishes `payload` with `headers` to `queue` (default exchange) and waits for the broker's
     /// confirm: a message the broker could not take is an error, not a silent loss.
-    pub async fn publish_raw(&self, queue: &str, payload: Vec<u8>, properties: BasicProperties) -> Result<(), ChannelError> {
+    pub async fn publish_raw(
+        &self,
+        queue: &str,
+        payload: Vec<u8>,
+        properties: BasicProperties,
+    ) -> Result<(), ChannelError> {
         let (channel, routing_key) = (self.channel.clone(), ShortString::from(queue));
         let confirmation = self
             .runtime
@@ -63,7 +68,12 @@ impl Publisher {
             .await
             .map_err(|e| broker_error(queue, "publish", e))?;
         if confirmation.is_nack() {
-            return Err(kit::broker_error(queue, "publish", ErrorKind::Other, "the broker refused the message (basic.nack)"));
+            return Err(kit::broker_error(
+                queue,
+                "publish",
+                ErrorKind::Other,
+                "the broker refused the message (basic.nack)",
+            ));
         }
         Ok(())
     }
