@@ -13,9 +13,9 @@ fn unacceptable_without_invalid_channel_falls_back_to_the_dead_letter_channel() 
         use gateway::{BagValue, Rejection};
         // This configuration's bounds (templates/manifest.yaml): lease none (nothing lapses), counter republished.
         #[allow(unused)]
-        const AT_ONCE: std::time::Duration = std::time::Duration::from_millis(1700);
+        const AT_ONCE: std::time::Duration = std::time::Duration::from_millis(1742);
         #[allow(unused)]
-        const SETTLE: std::time::Duration = std::time::Duration::from_millis(1700);
+        const SETTLE: std::time::Duration = std::time::Duration::from_millis(1742);
 
         let cell = providers::rabbitmq().cell(CellSpec::new("FR-6", Variant::Proactor).with_dead_letter()).await;
         let sent = cell.message();

@@ -11,9 +11,9 @@ fn nack_redelivers() {
     providers::within_ceiling(|| {
         // This configuration's bounds (templates/manifest.yaml): lease none (nothing lapses), counter republished.
         #[allow(unused)]
-        const AT_ONCE: std::time::Duration = std::time::Duration::from_millis(1700);
+        const AT_ONCE: std::time::Duration = std::time::Duration::from_millis(1742);
         #[allow(unused)]
-        const SETTLE: std::time::Duration = std::time::Duration::from_millis(1700);
+        const SETTLE: std::time::Duration = std::time::Duration::from_millis(1742);
 
         let cell = providers::rabbitmq().blocking_cell(CellSpec::new("FR-16", Variant::Reactor));
         let sent = cell.message();

@@ -16,9 +16,9 @@ fn always_deferring_handler_is_dead_lettered_within_the_budget() {
         const R: i32 = 3;
         // This configuration's bounds (templates/manifest.yaml): lease none (nothing lapses), counter republished.
         #[allow(unused)]
-        const AT_ONCE: std::time::Duration = std::time::Duration::from_millis(1700);
+        const AT_ONCE: std::time::Duration = std::time::Duration::from_millis(1742);
         #[allow(unused)]
-        const SETTLE: std::time::Duration = std::time::Duration::from_millis(1700);
+        const SETTLE: std::time::Duration = std::time::Duration::from_millis(1742);
 
         let cell = providers::rabbitmq()
             .blocking_cell(CellSpec::new("FR-23", Variant::Reactor).with_dead_letter().with_budget(R));

@@ -13,9 +13,9 @@ fn reject_as_unacceptable_routes_to_the_invalid_message_channel() {
         use gateway::{BagValue, Rejection};
         // This configuration's bounds (templates/manifest.yaml): lease none (nothing lapses), counter republished.
         #[allow(unused)]
-        const AT_ONCE: std::time::Duration = std::time::Duration::from_millis(1700);
+        const AT_ONCE: std::time::Duration = std::time::Duration::from_millis(1742);
         #[allow(unused)]
-        const SETTLE: std::time::Duration = std::time::Duration::from_millis(1700);
+        const SETTLE: std::time::Duration = std::time::Duration::from_millis(1742);
 
         let cell = providers::rabbitmq()
             .blocking_cell(CellSpec::new("FR-5", Variant::Reactor).with_dead_letter().with_invalid_channel());

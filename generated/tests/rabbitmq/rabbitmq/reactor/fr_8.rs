@@ -13,9 +13,9 @@ fn rejected_copy_carries_the_rejection_metadata_and_stamped_count() {
         use gateway::{BagValue, Rejection};
         // This configuration's bounds (templates/manifest.yaml): lease none (nothing lapses), counter republished.
         #[allow(unused)]
-        const AT_ONCE: std::time::Duration = std::time::Duration::from_millis(1700);
+        const AT_ONCE: std::time::Duration = std::time::Duration::from_millis(1742);
         #[allow(unused)]
-        const SETTLE: std::time::Duration = std::time::Duration::from_millis(1700);
+        const SETTLE: std::time::Duration = std::time::Duration::from_millis(1742);
 
         const STAMPED_COUNT: u32 = 2;
         let cell = providers::rabbitmq().blocking_cell(CellSpec::new("FR-8", Variant::Reactor).with_dead_letter());

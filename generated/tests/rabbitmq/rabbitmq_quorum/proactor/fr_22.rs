@@ -11,9 +11,9 @@ fn requeue_redelivers() {
     providers::within_ceiling_async(|| async {
         // This configuration's bounds (templates/manifest.yaml): lease none (nothing lapses), counter exact.
         #[allow(unused)]
-        const AT_ONCE: std::time::Duration = std::time::Duration::from_millis(1700);
+        const AT_ONCE: std::time::Duration = std::time::Duration::from_millis(1698);
         #[allow(unused)]
-        const SETTLE: std::time::Duration = std::time::Duration::from_millis(1700);
+        const SETTLE: std::time::Duration = std::time::Duration::from_millis(1698);
 
         let cell = providers::rabbitmq_quorum().cell(CellSpec::new("FR-22", Variant::Proactor)).await;
         let sent = cell.message();

@@ -11,9 +11,9 @@ fn nack_redelivers() {
     providers::within_ceiling(|| {
         // This configuration's bounds (templates/manifest.yaml): lease none (nothing lapses), counter exact.
         #[allow(unused)]
-        const AT_ONCE: std::time::Duration = std::time::Duration::from_millis(1700);
+        const AT_ONCE: std::time::Duration = std::time::Duration::from_millis(1698);
         #[allow(unused)]
-        const SETTLE: std::time::Duration = std::time::Duration::from_millis(1700);
+        const SETTLE: std::time::Duration = std::time::Duration::from_millis(1698);
 
         let cell = providers::rabbitmq_quorum().blocking_cell(CellSpec::new("FR-16", Variant::Reactor));
         let sent = cell.message();

@@ -13,9 +13,9 @@ fn reject_without_reason_is_stamped_none() {
         use gateway::{BagValue, Rejection};
         // This configuration's bounds (templates/manifest.yaml): lease none (nothing lapses), counter exact.
         #[allow(unused)]
-        const AT_ONCE: std::time::Duration = std::time::Duration::from_millis(1700);
+        const AT_ONCE: std::time::Duration = std::time::Duration::from_millis(1698);
         #[allow(unused)]
-        const SETTLE: std::time::Duration = std::time::Duration::from_millis(1700);
+        const SETTLE: std::time::Duration = std::time::Duration::from_millis(1698);
 
         let cell =
             providers::rabbitmq_quorum().blocking_cell(CellSpec::new("FR-17", Variant::Reactor).with_dead_letter());

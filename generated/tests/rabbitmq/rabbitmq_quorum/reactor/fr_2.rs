@@ -12,9 +12,9 @@ fn requeue_with_delay_redelivers_not_before_the_delay() {
         use std::time::{Duration, Instant};
         // This configuration's bounds (templates/manifest.yaml): lease none (nothing lapses), counter exact.
         #[allow(unused)]
-        const AT_ONCE: std::time::Duration = std::time::Duration::from_millis(1700);
+        const AT_ONCE: std::time::Duration = std::time::Duration::from_millis(1698);
         #[allow(unused)]
-        const SETTLE: std::time::Duration = std::time::Duration::from_millis(1700);
+        const SETTLE: std::time::Duration = std::time::Duration::from_millis(1698);
 
         const DELAY: Duration = Duration::from_millis(3000);
         let cell = providers::rabbitmq_quorum().blocking_cell(CellSpec::new("FR-2", Variant::Reactor));

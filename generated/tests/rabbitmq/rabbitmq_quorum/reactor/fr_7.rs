@@ -12,9 +12,9 @@ fn reject_without_destinations_acknowledges_and_routes_nothing() {
         use gateway::Rejection;
         // This configuration's bounds (templates/manifest.yaml): lease none (nothing lapses), counter exact.
         #[allow(unused)]
-        const AT_ONCE: std::time::Duration = std::time::Duration::from_millis(1700);
+        const AT_ONCE: std::time::Duration = std::time::Duration::from_millis(1698);
         #[allow(unused)]
-        const SETTLE: std::time::Duration = std::time::Duration::from_millis(1700);
+        const SETTLE: std::time::Duration = std::time::Duration::from_millis(1698);
 
         let cell = providers::rabbitmq_quorum().blocking_cell(CellSpec::new("FR-7", Variant::Reactor));
         let sent = cell.message();
