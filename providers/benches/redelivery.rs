@@ -7,7 +7,7 @@
 //! configuration at once, `CELLS_AT_ONCE` cells each, as a transport's test binary runs its
 //! matrix: one broker serves them all). The cells' bounds must hold under the loaded figure.
 //!
-//! `cargo bench -p providers --features sqs,gcp,rocketmq,postgres,mqtt,redis --bench redelivery [-- CONFIGURATION…]`
+//! `cargo bench -p providers --features sqs,gcp,rocketmq,postgres,mqtt,redis,rabbitmq --bench redelivery [-- CONFIGURATION…]`
 //! (each compiled-in configuration when none is named; name one transport's configurations to
 //! load its broker as its matrix does; brokers as CONFORMANCE_BROKERS says).
 
@@ -41,6 +41,8 @@ fn providers() -> Vec<&'static dyn Provider> {
     all.push(providers::mqtt());
     #[cfg(feature = "redis")]
     all.push(providers::redis_streams());
+    #[cfg(feature = "rabbitmq")]
+    all.extend([providers::rabbitmq() as &dyn Provider, providers::rabbitmq_quorum()]);
     all
 }
 
@@ -126,8 +128,9 @@ async fn main() {
         }
         println!("{name:<20} nack     {}", figures(nacks));
         println!("{name:<20} requeue0 {}", figures(requeues));
-        // Nothing lapses on memory, nor on a connected MQTT session (no lease).
-        if !["memory", "mqtt"].contains(&name) {
+        // Nothing lapses on memory, nor on a connected MQTT session or RabbitMQ (no lease: an
+        // unsettled delivery stays with its channel).
+        if !["memory", "mqtt", "rabbitmq", "rabbitmq-quorum"].contains(&name) {
             println!("{name:<20} lapse    {}", figures(vec![round(&cell, Release::Lapse).await]));
         }
         cell.finish().await;

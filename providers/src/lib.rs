@@ -21,6 +21,8 @@ pub mod memory;
 pub mod mqtt;
 #[cfg(feature = "postgres")]
 pub mod postgres;
+#[cfg(feature = "rabbitmq")]
+pub mod rabbitmq;
 pub mod recording;
 #[cfg(feature = "redis")]
 pub mod redis;
@@ -45,6 +47,8 @@ pub use memory::memory;
 pub use mqtt::mqtt;
 #[cfg(feature = "postgres")]
 pub use postgres::postgres;
+#[cfg(feature = "rabbitmq")]
+pub use rabbitmq::{rabbitmq, rabbitmq_quorum};
 pub use recording::AlwaysDefers;
 #[cfg(feature = "redis")]
 pub use redis::redis_streams;

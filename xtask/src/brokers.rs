@@ -16,7 +16,8 @@ pub enum BrokersTask {
     /// Install the local broker of each transport (memory: nothing; sqs: moto in a venv, or with
     /// --impl elasticmq the ElasticMQ jars and the project's launcher; gcp: the pstest launcher;
     /// rocketmq: the Apache RocketMQ jars and the project's launcher, or with --impl
-    /// rocketmq-rust the Rust name server and broker, built with cargo install: about 15 minutes)
+    /// rocketmq-rust the Rust name server and broker, built with cargo install: about 15 minutes;
+    /// rabbitmq: Debian's rabbitmq-server package, run as a project-owned node)
     Install {
         /// Transports to install for
         #[arg(required = true, value_name = "TRANSPORT")]
@@ -31,7 +32,7 @@ pub enum BrokersTask {
 }
 
 /// The transports with a local broker, and the ones that need none.
-pub const INSTALLABLE: [&str; 7] = ["memory", "sqs", "gcp", "rocketmq", "postgres", "mqtt", "redis"];
+pub const INSTALLABLE: [&str; 8] = ["memory", "sqs", "gcp", "rocketmq", "postgres", "mqtt", "redis", "rabbitmq"];
 
 /// The broker implementations of `providers::implementation` (xtask does not link providers), as
 /// their transport's variable (CONFORMANCE_SQS_IMPL, CONFORMANCE_ROCKETMQ_IMPL) names them.
@@ -142,6 +143,7 @@ pub fn install(transport: &str) -> Result<()> {
         "mqtt" => install_debian_package("mosquitto", Path::new("/usr/sbin/mosquitto")),
         // Debian's redis-server; the provider's launcher runs it as a project-owned process.
         "redis" => install_debian_package("redis-server", Path::new(REDIS_SERVER)),
+        "rabbitmq" => install_rabbitmq(),
         other => bail!("brokers install {other}: no such transport; valid choices: {}", INSTALLABLE.join(", ")),
     }
 }
@@ -390,6 +392,12 @@ pub fn pinned_version(transport: &str, implementation: &str) -> Option<String> {
 
 /// Debian's redis-server binary, which `providers::redis` runs (the package's service never starts).
 const REDIS_SERVER: &str = "/usr/bin/redis-server";
+/// RabbitMQ: Debian's rabbitmq-server (3.10.8 on bookworm, with Erlang/OTP 25), of which only
+/// the server script under /usr/lib/rabbitmq/bin is used, by providers/brokers/rabbitmq/launcher.sh
+/// (not /usr/sbin's wrapper, which switches user and logs to /var/log). About 30 s the first time.
+fn install_rabbitmq() -> Result<()> {
+    install_debian_package("rabbitmq-server", Path::new("/usr/lib/rabbitmq/bin/rabbitmq-server"))
+}
 
 /// A broker Debian packages (redis-server, mosquitto, PostgreSQL): `binary` is all the project
 /// uses, started by its own launcher on a free loopback port, never as the package's service

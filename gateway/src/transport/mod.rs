@@ -7,7 +7,8 @@
     feature = "rocketmq",
     feature = "postgres",
     feature = "mqtt",
-    feature = "redis"
+    feature = "redis",
+    feature = "rabbitmq"
 ))]
 pub mod attributes;
 #[cfg(feature = "gcp")]
@@ -20,7 +21,8 @@ pub mod gcp;
         feature = "rocketmq",
         feature = "postgres",
         feature = "mqtt",
-        feature = "redis"
+        feature = "redis",
+        feature = "rabbitmq"
     )),
     allow(dead_code)
 )]
@@ -30,7 +32,16 @@ pub mod memory;
 pub mod mqtt;
 #[cfg(feature = "postgres")]
 pub mod postgres;
-#[cfg(any(feature = "gcp", feature = "rocketmq", feature = "postgres", feature = "mqtt", feature = "redis"))]
+#[cfg(feature = "rabbitmq")]
+pub mod rabbitmq;
+#[cfg(any(
+    feature = "gcp",
+    feature = "rocketmq",
+    feature = "postgres",
+    feature = "mqtt",
+    feature = "redis",
+    feature = "rabbitmq"
+))]
 mod receive_loop;
 #[cfg(feature = "redis")]
 pub mod redis;

@@ -1,0 +1,143 @@
+//! The connection to a RabbitMQ broker: one AMQP connection, a publishing channel in confirm
+//! mode shared by its producers and channels, and channel creation per make-channels (queues
+//! declared through the default exchange; no exchange of the project's own).
+
+use std::sync::Arc;
+
+use lapin::options::{ConfirmSelectOptions, QueueDeclareOptions};
+use lapin::types::{AMQPValue, FieldTable, ShortString};
+use lapin::{Connection, ConnectionProperties};
+
+use super::broker_error;
+use super::channel::RabbitMqChannel;
+use super::producer::{Publisher, RabbitMqProducer};
+use super::subscription::{QueueType, RabbitMqSubscription};
+use crate::budget;
+use crate::channel::Channel;
+use crate::error::{ChannelError, ErrorKind};
+use crate::runtime::GatewayRuntime;
+use crate::subscription::MakeChannels;
+
+/// A RabbitMQ broker and the connection this process talks to it through.
+#[derive(Clone)]
+pub struct RabbitMqConnection {
+    url: String,
+    connection: Arc<Connection>,
+    publisher: Arc<Publisher>,
+    runtime: GatewayRuntime,
+}
+
+impl std::fmt::Debug for RabbitMqConnection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RabbitMqConnection").field("url", &self.url).finish()
+    }
+}
+
+/// The arguments a queue of `queue_type` is declared with; a quorum work queue also gets its
+/// delivery limit and, with a dead-letter queue, dead-letters there what the limit stops.
+fn queue_arguments(queue_type: QueueType, delivery_limit: Option<u32>, dead_letter: Option<&str>) -> FieldTable {
+    let mut arguments = FieldTable::default();
+    arguments.insert("x-queue-type".into(), AMQPValue::LongString(queue_type.as_str().into()));
+    if queue_type == QueueType::Quorum {
+        // An integer: a string limit is accepted at declare time and then silently ignored (measured).
+        if let Some(limit) = delivery_limit {
+            arguments.insert("x-delivery-limit".into(), AMQPValue::LongLongInt(i64::from(limit)));
+        }
+        if let (Some(_), Some(queue)) = (delivery_limit, dead_letter) {
+            arguments.insert("x-dead-letter-exchange".into(), AMQPValue::LongString("".into()));
+            arguments.insert("x-dead-letter-routing-key".into(), AMQPValue::LongString(queue.into()));
+        }
+    }
+    arguments
+}
+
+impl RabbitMqConnection {
+    /// Connects to the broker at `url` (`amqp://user:password@host:port/%2f`), on the shared
+    /// gateway runtime.
+    pub async fn connect(url: &str) -> Result<RabbitMqConnection, ChannelError> {
+        RabbitMqConnection::connect_on(url, GatewayRuntime::shared()).await
+    }
+
+    /// As `connect`, with this connection's calls (and those of every channel and producer made
+    /// from it) on `runtime`.
+    pub async fn connect_on(url: &str, runtime: GatewayRuntime) -> Result<RabbitMqConnection, ChannelError> {
+        let address = url.to_owned();
+        let (connection, channel) = runtime
+            .call(async move {
+                let connection = Connection::connect(&address, ConnectionProperties::default()).await?;
+                let channel = connection.create_channel().await?;
+                channel.confirm_select(ConfirmSelectOptions::default()).await?;
+                Ok::<_, lapin::Error>((connection, channel))
+            })
+            .await
+            .map_err(|e| broker_error(url, "connect", e))?;
+        let publisher = Arc::new(Publisher::new(channel, runtime.clone()));
+        Ok(RabbitMqConnection { url: url.to_owned(), connection: Arc::new(connection), publisher, runtime })
+    }
+
+    pub fn producer(&self) -> RabbitMqProducer {
+        RabbitMqProducer::new(self.publisher.clone())
+    }
+
+    async fn new_channel(&self, name: &str) -> Result<lapin::Channel, ChannelError> {
+        let connection = self.connection.clone();
+        self.runtime
+            .call(async move { connection.create_channel().await })
+            .await
+            .map_err(|e| broker_error(name, "open channel", e))
+    }
+
+    /// Declares `queue` on `channel` (`passive`: only checks that it exists).
+    async fn declare(
+        &self,
+        channel: &lapin::Channel,
+        queue: &str,
+        passive: bool,
+        arguments: FieldTable,
+    ) -> Result<(), ChannelError> {
+        let (channel, name) = (channel.clone(), ShortString::from(queue));
+        self.runtime
+            .call(async move {
+                let options = QueueDeclareOptions { durable: true, passive, ..QueueDeclareOptions::default() };
+                channel.queue_declare(name, options, arguments).await
+            })
+            .await
+            .map(drop)
+            .map_err(|e| broker_error(queue, "declare queue", e))
+    }
+
+    /// The channel of `subscription`, its queues declared first under `MakeChannels::Create`
+    /// (the work queue, then the dead-letter and invalid-message queues, of the same type).
+    pub async fn channel(&self, subscription: &RabbitMqSubscription) -> Result<Arc<dyn Channel>, ChannelError> {
+        let common = &subscription.subscription;
+        let channel = self.new_channel(&common.name).await?;
+        match common.make_channels {
+            MakeChannels::Create => {
+                let (queue_type, limit) = (subscription.queue_type, subscription.delivery_limit);
+                let dead_letter = common.dead_letter_routing_key.as_deref();
+                self.declare(&channel, &common.routing_key, false, queue_arguments(queue_type, limit, dead_letter))
+                    .await?;
+                let destinations = [&common.dead_letter_routing_key, &common.invalid_message_routing_key];
+                for queue in destinations.into_iter().flatten() {
+                    self.declare(&channel, queue, false, queue_arguments(queue_type, None, None)).await?;
+                }
+            }
+            MakeChannels::Validate => {
+                // A failed passive declare closes the channel it ran on: use a throwaway one.
+                let probe = self.new_channel(&common.name).await?;
+                match self.declare(&probe, &common.routing_key, true, FieldTable::default()).await {
+                    Ok(()) => {}
+                    Err(error) if error.kind() == Some(ErrorKind::NotFound) => {
+                        return Err(ChannelError::Missing { channel: common.name.clone() })
+                    }
+                    Err(error) => return Err(error),
+                }
+            }
+            MakeChannels::Assume => {}
+        }
+        if subscription.queue_type == QueueType::Quorum {
+            budget::warn_if_unenforceable(common, subscription);
+        }
+        Ok(Arc::new(RabbitMqChannel::new(self.runtime.clone(), channel, subscription, self.publisher.clone())))
+    }
+}

@@ -1,0 +1,175 @@
+//! The RabbitMQ configurations: `rabbitmq` (a classic queue; the transport republishes) and
+//! `rabbitmq-quorum` (a quorum queue; the broker counts deliveries in `x-delivery-count`).
+//!
+//! The broker, once per test binary, from the source `source::start` picks: the URL in
+//! `AMQP_URL`, or a project-owned node of Debian's rabbitmq-server (`cargo xtask brokers install
+//! rabbitmq`) behind `providers/brokers/rabbitmq/launcher.sh`: its own folder, epmd and cookie,
+//! on free loopback ports, gone (folder included) when the binary exits. Never the system service.
+//! No container definition yet.
+
+use std::process::Command;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use gateway::transport::rabbitmq::{QueueType, RabbitMqConnection, RabbitMqSubscription};
+use gateway::{Channel, Producer, Subscription};
+
+use crate::broker::ImageRef;
+use crate::builder::{reader_subscription, CellBroker, CellNames, CellPlan};
+use crate::local::{self, LocalError, LocalProcess};
+use crate::source::{self, Definition, Running};
+
+/// The quorum cells' `x-delivery-limit` (the native redrive limit M): far above the budget R = 3
+/// the cells use, so the budget, not the broker, rejects (R-10 stays quiet).
+pub const DELIVERY_LIMIT: u32 = 20;
+
+struct Broker {
+    url: String,
+    connection: RabbitMqConnection,
+    _running: Running,
+}
+
+/// A free loopback port `p` with `p + 1 ..= p + 11` free too (the node's distribution port, and
+/// the CLI tools' distribution ports should anyone run them against the node).
+fn free_node_ports() -> (u16, u16) {
+    let free = |port: u16| std::net::TcpListener::bind(("127.0.0.1", port)).is_ok();
+    loop {
+        let port = local::free_loopback_port();
+        if port < u16::MAX - 12 && (1..=11).all(|offset| free(port + offset)) {
+            return (port, port + 1);
+        }
+    }
+}
+
+/// The project-owned node: the launcher prints `ready <host:port>` once it accepts AMQP. A
+/// node boots in 9 to 20 s on a loaded 2-core machine (measured), hence the ceiling.
+fn start_local() -> Result<LocalProcess, LocalError> {
+    let binary = std::path::Path::new("/usr/lib/rabbitmq/bin/rabbitmq-server");
+    if !binary.exists() {
+        let install = "cargo xtask brokers install rabbitmq";
+        return Err(LocalError::NotInstalled { name: "rabbitmq", missing: binary.to_path_buf(), install });
+    }
+    let (amqp, dist) = free_node_ports();
+    let epmd = local::free_loopback_port();
+    let work = local::install_dir("rabbitmq").join("run").join(amqp.to_string());
+    let mut command = Command::new("bash");
+    command
+        .arg(local::workspace_root().join("providers/brokers/rabbitmq/launcher.sh"))
+        .arg(&work)
+        .arg(amqp.to_string())
+        .arg(dist.to_string())
+        .arg(epmd.to_string())
+        .arg(format!("conformance-{amqp}"));
+    local::start("rabbitmq", "rabbitmq", command, amqp, "ready", Duration::from_secs(120))
+}
+
+/// Not used by any source yet (no container definition); overridable like every image.
+pub const RABBITMQ_IMAGE: &str = "docker.io/library/rabbitmq:3.10";
+pub const RABBITMQ_IMAGE_VARIABLE: &str = "CONFORMANCE_RABBITMQ_IMAGE";
+
+/// The RabbitMQ broker in each source (chosen by `source::start`).
+fn definition() -> Definition {
+    Definition {
+        transport: "rabbitmq",
+        endpoint_variable: "AMQP_URL",
+        image: ImageRef::from_environment("rabbitmq", RABBITMQ_IMAGE_VARIABLE, RABBITMQ_IMAGE),
+        #[cfg(feature = "containers")]
+        container: None,
+        local: start_local,
+    }
+}
+
+fn broker() -> &'static Broker {
+    static BROKER: OnceLock<Broker> = OnceLock::new();
+    BROKER.get_or_init(|| {
+        let running = source::start(&definition());
+        let url = match (&running, running.loopback_address()) {
+            (Running::Env(url), _) => url.clone(),
+            (_, Some(address)) => format!("amqp://guest:guest@{address}/%2f"),
+            (_, None) => unreachable!("a started broker has a loopback address"),
+        };
+        // Connecting is async, and the caller may itself be on a runtime: block a plain thread.
+        let connected = Arc::new(std::sync::Mutex::new(None));
+        let (slot, address) = (connected.clone(), url.clone());
+        source::require_answer("rabbitmq", &running, &url, async move {
+            let connection = RabbitMqConnection::connect(&address).await?;
+            *slot.lock().expect("one writer") = Some(connection);
+            Ok::<_, gateway::ChannelError>(())
+        });
+        let connection =
+            connected.lock().expect("one writer").take().expect("require_answer stops the binary otherwise");
+        Broker { url, connection, _running: running }
+    })
+}
+
+/// The connection to this binary's RabbitMQ broker, for bespoke tests.
+pub fn connection() -> &'static RabbitMqConnection {
+    &broker().connection
+}
+
+/// The AMQP URL of this binary's broker, for bespoke tests that speak AMQP themselves.
+pub fn url() -> &'static str {
+    &broker().url
+}
+
+pub struct RabbitMqConfiguration {
+    name: &'static str,
+    queue_type: QueueType,
+}
+
+pub fn rabbitmq() -> &'static RabbitMqConfiguration {
+    static CONFIGURATION: RabbitMqConfiguration =
+        RabbitMqConfiguration { name: "rabbitmq", queue_type: QueueType::Classic };
+    &CONFIGURATION
+}
+
+pub fn rabbitmq_quorum() -> &'static RabbitMqConfiguration {
+    static CONFIGURATION: RabbitMqConfiguration =
+        RabbitMqConfiguration { name: "rabbitmq-quorum", queue_type: QueueType::Quorum };
+    &CONFIGURATION
+}
+
+impl RabbitMqConfiguration {
+    /// The subscription on this configuration's queue type; a quorum work queue gets the cells'
+    /// delivery limit, a destination reader none (its queue was declared without one).
+    fn subscription(&self, subscription: Subscription, work_queue: bool) -> RabbitMqSubscription {
+        match self.queue_type {
+            QueueType::Classic => RabbitMqSubscription::classic(subscription),
+            QueueType::Quorum => RabbitMqSubscription::quorum(subscription, work_queue.then_some(DELIVERY_LIMIT)),
+        }
+    }
+
+    async fn channel(&self, subscription: Subscription, work_queue: bool) -> Arc<dyn Channel> {
+        let name = subscription.name.clone();
+        let subscription = self.subscription(subscription, work_queue);
+        connection().channel(&subscription).await.unwrap_or_else(|e| panic!("creating {name}: {e}"))
+    }
+}
+
+// Queues are left on the broker: its folder is the test binary's own and goes with it.
+#[async_trait]
+impl CellBroker for RabbitMqConfiguration {
+    type Created = ();
+
+    fn configuration(&self) -> &'static str {
+        self.name
+    }
+
+    /// A queue named as the cell, read by the subscription `<queue>-sub`.
+    fn names(&self, queue: &str) -> CellNames {
+        CellNames::new(format!("{queue}-sub"), queue)
+    }
+
+    async fn channel(&self, plan: &CellPlan, _: &mut ()) -> Arc<dyn Channel> {
+        RabbitMqConfiguration::channel(self, plan.subscription.clone(), true).await
+    }
+
+    async fn reader(&self, destination: &str, _: &mut ()) -> Arc<dyn Channel> {
+        RabbitMqConfiguration::channel(self, reader_subscription(destination), false).await
+    }
+
+    fn producer(&self, _: &CellPlan) -> Arc<dyn Producer> {
+        Arc::new(connection().producer())
+    }
+}

@@ -1,0 +1,199 @@
+//! Bespoke RabbitMQ tests outside the templates (ADR 0077, R-14): the measurement of the broker's
+//! delivery counter on both queue types (raw AMQP, then through the gateway's reader), a quorum
+//! requeue with delay that keeps counting, the dead-letter copy keeping its stamp across
+//! dead-letter deliveries, and an unreadable message routed as Unacceptable.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use gateway::rejection::{keys, Rejection};
+use gateway::transport::rabbitmq::lapin::options::{BasicGetOptions, BasicNackOptions};
+use gateway::transport::rabbitmq::lapin::{Connection, ConnectionProperties};
+use gateway::transport::rabbitmq::{
+    AMQPValue, BasicProperties, RabbitMqConnection, RabbitMqSubscription, DELIVERY_COUNT_HEADER,
+};
+use gateway::{Channel, Message, MessageType, Producer, Subscription};
+
+mod support;
+use support::{receive, unique};
+
+fn connection() -> &'static RabbitMqConnection {
+    providers::rabbitmq::connection()
+}
+
+async fn quorum(subscription: Subscription, limit: Option<u32>) -> Arc<dyn Channel> {
+    connection().channel(&RabbitMqSubscription::quorum(subscription, limit)).await.unwrap()
+}
+
+async fn classic(subscription: Subscription) -> Arc<dyn Channel> {
+    connection().channel(&RabbitMqSubscription::classic(subscription)).await.unwrap()
+}
+
+/// What one raw `basic.get` saw: `x-delivery-count` (None when absent) and `redelivered`.
+type Seen = (Option<i64>, bool);
+
+/// `basic.get`s one message from `queue` on `channel` and reads its counter, unsettled.
+async fn get(channel: &gateway::transport::rabbitmq::lapin::Channel, queue: &str) -> (u64, Seen) {
+    for _ in 0..100 {
+        if let Some(got) = channel.basic_get(queue.into(), BasicGetOptions { no_ack: false }).await.unwrap() {
+            let headers = got.delivery.properties.headers().clone().unwrap_or_default();
+            let count = headers.inner().get(DELIVERY_COUNT_HEADER).map(|value| match value {
+                AMQPValue::LongLongInt(n) => *n,
+                AMQPValue::LongInt(n) => i64::from(*n),
+                other => panic!("x-delivery-count of an unexpected type: {other:?}"),
+            });
+            return (got.delivery.delivery_tag, (count, got.delivery.redelivered));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("no message on {queue}");
+}
+
+/// Sends one message to `queue`, then reads it four times with raw AMQP, returning it each way a
+/// message comes back: nack(requeue), its channel closed unacked, its connection closed unacked.
+async fn measure(queue: &str) -> Vec<Seen> {
+    connection().producer().send(&Message::new(queue, MessageType::Command, "measured")).await.unwrap();
+    let mut seen = Vec::new();
+    let first = Connection::connect(providers::rabbitmq::url(), ConnectionProperties::default()).await.unwrap();
+    let channel = first.create_channel().await.unwrap();
+    let (tag, delivery) = get(&channel, queue).await;
+    seen.push(delivery);
+    channel.basic_nack(tag, BasicNackOptions { multiple: false, requeue: true }).await.unwrap();
+    seen.push(get(&channel, queue).await.1);
+    channel.close(200, "returning the message unacked".into()).await.unwrap();
+    let channel = first.create_channel().await.unwrap();
+    seen.push(get(&channel, queue).await.1);
+    first.close(200, "returning the message unacked".into()).await.unwrap();
+    let second = Connection::connect(providers::rabbitmq::url(), ConnectionProperties::default()).await.unwrap();
+    let channel = second.create_channel().await.unwrap();
+    let (tag, delivery) = get(&channel, queue).await;
+    seen.push(delivery);
+    channel.basic_ack(tag, Default::default()).await.unwrap();
+    second.close(200, "done".into()).await.unwrap();
+    seen
+}
+
+/// The counter measurement (as RocketMQ's AC-23): a quorum queue's `x-delivery-count` reads 0, 1,
+/// 2, 3 on `basic.get` across a nack, a closed channel and a closed connection (the number of
+/// earlier deliveries, broker-supplied), so `rabbitmq-quorum`'s counter is exact; a classic
+/// queue's is absent on every delivery, so `rabbitmq` republishes. Then through the gateway: the
+/// quorum reader presents 0, 1, 2 across two nacks and a recreated channel.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_quorum_counter_is_broker_supplied_and_the_classic_queue_has_none() {
+    let queue = unique("quorum-counter");
+    drop(quorum(Subscription::new(format!("{queue}-sub"), &queue), None).await);
+    let quorum_seen = measure(&queue).await;
+    let queue = unique("classic-counter");
+    drop(classic(Subscription::new(format!("{queue}-sub"), &queue)).await);
+    let classic_seen = measure(&queue).await;
+    eprintln!("quorum (x-delivery-count, redelivered): {quorum_seen:?}; classic: {classic_seen:?}");
+    assert_eq!(quorum_seen, [(Some(0), false), (Some(1), true), (Some(2), true), (Some(3), true)]);
+    assert_eq!(classic_seen, [(None, false), (None, true), (None, true), (None, true)]);
+
+    let queue = unique("quorum-presented");
+    let subscription = Subscription::new(format!("{queue}-sub"), &queue).with_requeue_count(3);
+    let consumer = quorum(subscription.clone(), None).await;
+    let sent = Message::new(&queue, MessageType::Command, "presented");
+    connection().producer().send(&sent).await.unwrap();
+    let mut presented = Vec::new();
+    for _ in 0..2 {
+        let delivery = receive(&*consumer, sent.id(), Duration::from_secs(10)).await.expect("a delivery");
+        presented.push(delivery.header.handled_count);
+        consumer.nack(&delivery).await.unwrap();
+    }
+    drop(consumer);
+    let recreated = quorum(subscription, None).await;
+    let third = receive(&*recreated, sent.id(), Duration::from_secs(10)).await.expect("delivery 3");
+    presented.push(third.header.handled_count);
+    recreated.acknowledge(&third).await.unwrap();
+    assert_eq!(presented, [0, 1, 2]);
+}
+
+/// A publisher-set `x-delivery-count` passes through on a first delivery (measured); the reader
+/// ignores it there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_publisher_set_delivery_count_does_not_count() {
+    let queue = unique("spoofed");
+    let consumer = quorum(Subscription::new(format!("{queue}-sub"), &queue), None).await;
+    let sent = Message::new(&queue, MessageType::Command, "spoofed");
+    let mut headers = gateway::transport::rabbitmq::to_headers(&sent);
+    headers.insert(DELIVERY_COUNT_HEADER.into(), AMQPValue::LongLongInt(7));
+    let properties = BasicProperties::default().with_headers(headers);
+    connection().producer().send_native(&queue, b"spoofed", properties).await.unwrap();
+    let delivery = receive(&*consumer, sent.id(), Duration::from_secs(10)).await.expect("a delivery");
+    assert_eq!(delivery.header.handled_count, 0);
+    consumer.acknowledge(&delivery).await.unwrap();
+}
+
+/// On a quorum queue a delayed requeue goes through a delay queue and comes back as a new
+/// message to the broker: its count travels with it and grows on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quorum_requeue_with_delay_waits_and_keeps_counting() {
+    let queue = unique("quorum-delay");
+    let consumer = quorum(Subscription::new(format!("{queue}-sub"), &queue), None).await;
+    let sent = Message::new(&queue, MessageType::Command, "delayed");
+    connection().producer().send(&sent).await.unwrap();
+    let mut first = receive(&*consumer, sent.id(), Duration::from_secs(10)).await.expect("delivery 1");
+    first.header.handled_count += 1; // as the pump leaves it
+    let requeued_at = Instant::now();
+    consumer.requeue(&first, Duration::from_secs(1)).await.unwrap();
+    let second = receive(&*consumer, sent.id(), Duration::from_secs(10)).await.expect("delivery 2");
+    assert!(requeued_at.elapsed() >= Duration::from_secs(1), "back after {:?}", requeued_at.elapsed());
+    consumer.nack(&second).await.unwrap();
+    let third = receive(&*consumer, sent.id(), Duration::from_secs(10)).await.expect("delivery 3");
+    consumer.acknowledge(&third).await.unwrap();
+    assert_eq!([second.header.handled_count, third.header.handled_count], [1, 2]);
+}
+
+/// the dead-letter copy keeps its stamped count on every dead-letter delivery, whatever the
+/// dead-letter queue's own counter says (a quorum queue, which counts).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dead_letter_copy_keeps_its_stamp_across_dead_letter_deliveries() {
+    let queue = unique("dlq");
+    let subscription = Subscription::new(format!("{queue}-sub"), &queue).with_dead_letter(format!("{queue}-dlq"));
+    let consumer = quorum(subscription, Some(providers::rabbitmq::DELIVERY_LIMIT)).await;
+    let dead_letters = quorum(Subscription::new(format!("{queue}-dlq-reader"), format!("{queue}-dlq")), None).await;
+    let sent = Message::new(&queue, MessageType::Command, "rejected");
+    connection().producer().send(&sent).await.unwrap();
+    let mut delivered = receive(&*consumer, sent.id(), Duration::from_secs(10)).await.expect("delivery");
+    delivered.header.handled_count = 3; // as the pump leaves it when the budget R = 3 is spent
+    assert!(consumer.reject(&delivered, Some(&Rejection::delivery_error("budget spent"))).await.unwrap());
+    let mut counts = Vec::new();
+    for _ in 0..3 {
+        let copy = receive(&*dead_letters, sent.id(), Duration::from_secs(10)).await.expect("a dead-letter delivery");
+        assert_eq!(copy.header.bag.get(keys::REJECTION_REASON), Some(&"DeliveryError".into()));
+        counts.push(copy.header.handled_count);
+        dead_letters.nack(&copy).await.unwrap();
+    }
+    assert_eq!(counts, [3, 3, 3]);
+}
+
+/// A message the gateway cannot read goes to the invalid-message queue as Unacceptable, with its
+/// body, and leaves the source.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreadable_message_is_routed_as_unacceptable() {
+    for quorum_queue in [false, true] {
+        let queue = unique("unreadable");
+        let subscription =
+            Subscription::new(format!("{queue}-sub"), &queue).with_invalid_message(format!("{queue}-invalid"));
+        let reader = Subscription::new(format!("{queue}-invalid-reader"), format!("{queue}-invalid"));
+        let (consumer, invalid) = if quorum_queue {
+            (quorum(subscription, None).await, quorum(reader, None).await)
+        } else {
+            (classic(subscription).await, classic(reader).await)
+        };
+        connection()
+            .producer()
+            .send_native(&queue, b"not a gateway message", BasicProperties::default())
+            .await
+            .unwrap();
+        assert!(
+            consumer.receive(Duration::from_secs(2)).await.unwrap().is_none(),
+            "the unreadable message was presented"
+        );
+        let routed = invalid.receive(Duration::from_secs(10)).await.unwrap().expect("the routed copy");
+        assert_eq!(routed.body.bytes, b"not a gateway message");
+        assert_eq!(routed.header.bag.get(keys::REJECTION_REASON), Some(&"Unacceptable".into()));
+        invalid.acknowledge(&routed).await.unwrap();
+    }
+}
