@@ -16,7 +16,8 @@ pub enum BrokersTask {
     /// Install the local broker of each transport (memory: nothing; sqs: moto in a venv, or with
     /// --impl elasticmq the ElasticMQ jars and the project's launcher; gcp: the pstest launcher;
     /// rocketmq: the Apache RocketMQ jars and the project's launcher, or with --impl
-    /// rocketmq-rust the Rust name server and broker, built with cargo install: about 15 minutes)
+    /// rocketmq-rust the Rust name server and broker, built with cargo install: about 15 minutes;
+    /// kafka: the Apache Kafka jars and the project's KRaft launcher)
     Install {
         /// Transports to install for
         #[arg(required = true, value_name = "TRANSPORT")]
@@ -31,7 +32,7 @@ pub enum BrokersTask {
 }
 
 /// The transports with a local broker, and the ones that need none.
-pub const INSTALLABLE: [&str; 4] = ["memory", "sqs", "gcp", "rocketmq"];
+pub const INSTALLABLE: [&str; 5] = ["memory", "sqs", "gcp", "rocketmq", "kafka"];
 
 /// The broker implementations of `providers::implementation` (xtask does not link providers), as
 /// their transport's variable (CONFORMANCE_SQS_IMPL, CONFORMANCE_ROCKETMQ_IMPL) names them.
@@ -137,6 +138,7 @@ pub fn install(transport: &str) -> Result<()> {
         "sqs" => install_moto(),
         "gcp" => install_pstest(),
         "rocketmq" => install_rocketmq(),
+        "kafka" => install_kafka(),
         other => bail!("brokers install {other}: no such transport; valid choices: {}", INSTALLABLE.join(", ")),
     }
 }
@@ -226,6 +228,13 @@ fn up_to_date(built: &Path, folder: &Path, sources: &[&str]) -> bool {
 /// with the machine's Java.
 fn install_rocketmq() -> Result<()> {
     install_java_launcher("RocketMQ", "providers/brokers/rocketmq", ".brokers/rocketmq", "Launcher")
+}
+
+/// Apache Kafka (one KRaft node: controller and broker in one JVM) from Maven Central, pinned in
+/// providers/brokers/kafka/pom.xml, and the project's launcher compiled against it; run with the
+/// machine's Java.
+fn install_kafka() -> Result<()> {
+    install_java_launcher("Kafka", "providers/brokers/kafka", ".brokers/kafka", "KafkaLauncher")
 }
 
 /// ElasticMQ's server from Maven Central, pinned in providers/brokers/elasticmq/pom.xml, and the
@@ -344,6 +353,10 @@ pub fn pinned_version(transport: &str, implementation: &str) -> Option<String> {
         ("rocketmq", _) => ("rocketmq/pom.xml", |line| {
             let rest = line.trim().strip_prefix("<rocketmq.version>")?;
             Some(format!("Apache RocketMQ {}", rest.strip_suffix("</rocketmq.version>")?))
+        }),
+        ("kafka", _) => ("kafka/pom.xml", |line| {
+            let rest = line.trim().strip_prefix("<kafka.version>")?;
+            Some(format!("Apache Kafka {}", rest.strip_suffix("</kafka.version>")?))
         }),
         _ => return None,
     };

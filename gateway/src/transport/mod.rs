@@ -1,15 +1,17 @@
 //! Transports: each turns broker messages into `Message`s through the delivery-count rule and
 //! settles them. The in-memory one is always compiled; broker ones sit behind cargo features.
 
-#[cfg(any(feature = "sqs", feature = "gcp", feature = "rocketmq"))]
+#[cfg(any(feature = "sqs", feature = "gcp", feature = "rocketmq", feature = "kafka"))]
 pub mod attributes;
 #[cfg(feature = "gcp")]
 pub mod gcp;
+#[cfg(feature = "kafka")]
+pub mod kafka;
 // The shared pieces; the in-memory transport uses only some of them.
-#[cfg_attr(not(any(feature = "sqs", feature = "gcp", feature = "rocketmq")), allow(dead_code))]
+#[cfg_attr(not(any(feature = "sqs", feature = "gcp", feature = "rocketmq", feature = "kafka")), allow(dead_code))]
 mod kit;
 pub mod memory;
-#[cfg(any(feature = "gcp", feature = "rocketmq"))]
+#[cfg(any(feature = "gcp", feature = "rocketmq", feature = "kafka"))]
 mod receive_loop;
 #[cfg(feature = "rocketmq")]
 pub mod rocketmq;
