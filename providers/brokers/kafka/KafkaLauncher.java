@@ -22,6 +22,11 @@ import org.apache.kafka.common.utils.Time;
 
 public class KafkaLauncher {
     public static void main(String[] args) throws Exception {
+        // The broker's warnings and errors to stderr (Kafka 3.9 logs through reload4j).
+        org.apache.log4j.Logger root = org.apache.log4j.Logger.getRootLogger();
+        root.addAppender(new org.apache.log4j.ConsoleAppender(
+            new org.apache.log4j.PatternLayout("[kafka] %p %c{1}: %m%n"), "System.err"));
+        root.setLevel(org.apache.log4j.Level.WARN);
         Path work = Path.of(args[0]);
         String port = args[1], controller = args[2];
         deleteTree(work);
@@ -83,7 +88,8 @@ public class KafkaLauncher {
         String java = Path.of(System.getProperty("java.home"), "bin", "java").toString();
         Process format = new ProcessBuilder(java, "-Xmx128m", "-cp", System.getProperty("java.class.path"),
                 "kafka.tools.StorageTool", "format", "-t", clusterId, "-c", config.toString())
-            .redirectOutput(ProcessBuilder.Redirect.to(new File("/dev/stderr")))
+            // Appended, not truncated: our stderr may be a file the test binary also writes.
+            .redirectOutput(ProcessBuilder.Redirect.appendTo(new File("/dev/stderr")))
             .redirectErrorStream(true)
             .start();
         if (format.waitFor() != 0) {
