@@ -93,10 +93,24 @@ impl KafkaConnection {
                 Err((_, code)) => return Err(broker_error(topic, "create topic", KafkaError::AdminOp(code))),
             }
         }
+        // The controller answers before the broker's metadata has the topic: a consumer that
+        // subscribed now would be told UnknownTopicOrPartition (measured on KRaft 3.9 under
+        // load). Wait until the broker serves it.
+        let deadline = tokio::time::Instant::now() + CALL_TIMEOUT;
+        while !self.topic_exists(topic).await? {
+            if tokio::time::Instant::now() >= deadline {
+                return Err(broker_error(
+                    topic,
+                    "create topic",
+                    KafkaError::AdminOp(RDKafkaErrorCode::OperationTimedOut),
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
         Ok(())
     }
 
-    /// Whether the cluster knows `topic`.
+    /// Whether the cluster serves `topic`: known, and every partition with a leader.
     pub async fn topic_exists(&self, topic: &str) -> Result<bool, ChannelError> {
         let (producer, name) = (self.producer.clone(), topic.to_owned());
         // Metadata requests block: off the runtime's workers.
@@ -104,7 +118,12 @@ impl KafkaConnection {
             .call(async move {
                 tokio::task::spawn_blocking(move || {
                     let metadata = producer.client().fetch_metadata(Some(&name), CALL_TIMEOUT)?;
-                    Ok(metadata.topics().iter().any(|t| t.name() == name && t.error().is_none()))
+                    Ok(metadata.topics().iter().any(|t| {
+                        t.name() == name
+                            && t.error().is_none()
+                            && !t.partitions().is_empty()
+                            && t.partitions().iter().all(|p| p.leader() >= 0)
+                    }))
                 })
                 .await
                 .expect("a metadata request panicked")
