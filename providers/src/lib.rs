@@ -14,6 +14,8 @@ pub mod fault;
 #[cfg(feature = "gcp")]
 pub mod gcp;
 pub mod implementation;
+#[cfg(feature = "kafka")]
+pub mod kafka;
 pub mod local;
 #[cfg(feature = "memory")]
 pub mod memory;
@@ -41,6 +43,8 @@ pub use cell::{
 };
 #[cfg(feature = "gcp")]
 pub use gcp::{gcp_pull, gcp_pull_ordering, gcp_stream, gcp_stream_ordering};
+#[cfg(feature = "kafka")]
+pub use kafka::kafka;
 #[cfg(feature = "memory")]
 pub use memory::memory;
 #[cfg(feature = "mqtt")]

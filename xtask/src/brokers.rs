@@ -17,7 +17,8 @@ pub enum BrokersTask {
     /// --impl elasticmq the ElasticMQ jars and the project's launcher; gcp: the pstest launcher;
     /// rocketmq: the Apache RocketMQ jars and the project's launcher, or with --impl
     /// rocketmq-rust the Rust name server and broker, built with cargo install: about 15 minutes;
-    /// rabbitmq: Debian's rabbitmq-server package, run as a project-owned node)
+    /// rabbitmq: Debian's rabbitmq-server package, run as a project-owned node;
+    /// kafka: the Apache Kafka jars and the project's KRaft launcher)
     Install {
         /// Transports to install for
         #[arg(required = true, value_name = "TRANSPORT")]
@@ -32,7 +33,8 @@ pub enum BrokersTask {
 }
 
 /// The transports with a local broker, and the ones that need none.
-pub const INSTALLABLE: [&str; 8] = ["memory", "sqs", "gcp", "rocketmq", "postgres", "mqtt", "redis", "rabbitmq"];
+pub const INSTALLABLE: [&str; 9] =
+    ["memory", "sqs", "gcp", "rocketmq", "postgres", "mqtt", "redis", "rabbitmq", "kafka"];
 
 /// The broker implementations of `providers::implementation` (xtask does not link providers), as
 /// their transport's variable (CONFORMANCE_SQS_IMPL, CONFORMANCE_ROCKETMQ_IMPL) names them.
@@ -144,6 +146,7 @@ pub fn install(transport: &str) -> Result<()> {
         // Debian's redis-server; the provider's launcher runs it as a project-owned process.
         "redis" => install_debian_package("redis-server", Path::new(REDIS_SERVER)),
         "rabbitmq" => install_rabbitmq(),
+        "kafka" => install_kafka(),
         other => bail!("brokers install {other}: no such transport; valid choices: {}", INSTALLABLE.join(", ")),
     }
 }
@@ -260,6 +263,13 @@ fn up_to_date(built: &Path, folder: &Path, sources: &[&str]) -> bool {
 /// with the machine's Java.
 fn install_rocketmq() -> Result<()> {
     install_java_launcher("RocketMQ", "providers/brokers/rocketmq", ".brokers/rocketmq", "Launcher")
+}
+
+/// Apache Kafka (one KRaft node: controller and broker in one JVM) from Maven Central, pinned in
+/// providers/brokers/kafka/pom.xml, and the project's launcher compiled against it; run with the
+/// machine's Java.
+fn install_kafka() -> Result<()> {
+    install_java_launcher("Kafka", "providers/brokers/kafka", ".brokers/kafka", "KafkaLauncher")
 }
 
 /// ElasticMQ's server from Maven Central, pinned in providers/brokers/elasticmq/pom.xml, and the
@@ -384,6 +394,10 @@ pub fn pinned_version(transport: &str, implementation: &str) -> Option<String> {
         ("rocketmq", _) => ("rocketmq/pom.xml", |line| {
             let rest = line.trim().strip_prefix("<rocketmq.version>")?;
             Some(format!("Apache RocketMQ {}", rest.strip_suffix("</rocketmq.version>")?))
+        }),
+        ("kafka", _) => ("kafka/pom.xml", |line| {
+            let rest = line.trim().strip_prefix("<kafka.version>")?;
+            Some(format!("Apache Kafka {}", rest.strip_suffix("</kafka.version>")?))
         }),
         _ => return None,
     };

@@ -411,9 +411,9 @@ mod tests {
 
     #[test]
     fn history_of_a_cell_not_in_the_manifest_lists_the_configurations() {
-        let error = run(task(&["history", "kafka/FR-2"])).unwrap_err().to_string();
+        let error = run(task(&["history", "pulsar/FR-2"])).unwrap_err().to_string();
         assert!(
-            error.starts_with("kafka/FR-2 is not a cell of templates/manifest.yaml; configurations: memory, "),
+            error.starts_with("pulsar/FR-2 is not a cell of templates/manifest.yaml; configurations: memory, "),
             "{error}"
         );
         let error = run(task(&["history", "memory/FR-99"])).unwrap_err().to_string();

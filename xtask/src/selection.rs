@@ -223,7 +223,7 @@ mod tests {
             .contains("--configuration nope: not in templates/manifest.yaml; valid choices: memory,"));
         assert!(error(asked(&[], &[], &["FR-99"], &[])).contains("--behaviour FR-99"));
         assert!(error(asked(&[], &[], &[], &["both"])).contains("valid choices: reactor, proactor"));
-        assert!(error(asked(&["kafka"], &[], &[], &[])).contains(", all"));
+        assert!(error(asked(&["pulsar"], &[], &[], &[])).contains(", all"));
         assert!(error(asked(&["memory"], &["sqs"], &[], &[])).contains("belongs to transport sqs"));
     }
 }

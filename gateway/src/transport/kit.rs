@@ -24,6 +24,7 @@ pub(crate) fn broker_error(
 
 /// The kind an I/O error somewhere in `error`'s chain gives (connection refused, timed out),
 /// for SDKs whose own error types say no more.
+#[cfg_attr(not(any(feature = "sqs", feature = "gcp", feature = "rocketmq")), allow(dead_code))]
 pub(crate) fn io_kind(error: &(dyn std::error::Error + 'static)) -> Option<ErrorKind> {
     let mut cause = Some(error);
     while let Some(current) = cause {
@@ -56,7 +57,10 @@ pub(crate) fn whole_seconds(delay: Duration) -> u64 {
 
 /// A delayed send on a broker with no per-message delay is refused (`why` says so): sending it
 /// at once would break the delay's promise.
-#[cfg_attr(not(any(feature = "sqs", feature = "gcp", feature = "mqtt", feature = "redis")), allow(dead_code))]
+#[cfg_attr(
+    not(any(feature = "sqs", feature = "gcp", feature = "mqtt", feature = "redis", feature = "kafka")),
+    allow(dead_code)
+)]
 pub(crate) fn refuse_delay(message: &Message, delay: Duration, why: &'static str) -> Result<(), ChannelError> {
     if delay.is_zero() {
         return Ok(());

@@ -8,11 +8,14 @@
     feature = "postgres",
     feature = "mqtt",
     feature = "redis",
-    feature = "rabbitmq"
+    feature = "rabbitmq",
+    feature = "kafka"
 ))]
 pub mod attributes;
 #[cfg(feature = "gcp")]
 pub mod gcp;
+#[cfg(feature = "kafka")]
+pub mod kafka;
 // The shared pieces; the in-memory transport uses only some of them.
 #[cfg_attr(
     not(any(
@@ -22,10 +25,13 @@ pub mod gcp;
         feature = "postgres",
         feature = "mqtt",
         feature = "redis",
-        feature = "rabbitmq"
+        feature = "rabbitmq",
+        feature = "kafka"
     )),
     allow(dead_code)
 )]
+#[cfg(feature = "kafka")]
+pub mod kafka;
 mod kit;
 pub mod memory;
 #[cfg(feature = "mqtt")]
@@ -40,7 +46,8 @@ pub mod rabbitmq;
     feature = "postgres",
     feature = "mqtt",
     feature = "redis",
-    feature = "rabbitmq"
+    feature = "rabbitmq",
+    feature = "kafka"
 ))]
 mod receive_loop;
 #[cfg(feature = "redis")]

@@ -77,13 +77,13 @@ fn a_healthy_run_keeps_every_memory_cell_pass_and_renders_the_matrix() {
 fn an_unknown_transport_is_refused_with_the_valid_choices() {
     let ledger = scratch_ledger();
     let output = Command::new(env!("CARGO_BIN_EXE_xtask"))
-        .args(["conformance", "--transport", "kafka", "--ledger-dir"])
+        .args(["conformance", "--transport", "pulsar", "--ledger-dir"])
         .arg(ledger.path())
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(!output.status.success());
-    assert!(stderr.contains("--transport kafka: not in templates/manifest.yaml; valid choices: memory"), "{stderr}");
+    assert!(stderr.contains("--transport pulsar: not in templates/manifest.yaml; valid choices: memory"), "{stderr}");
 }
 
 fn conformance_with(ledger: &Path, args: &[&str]) -> Output {

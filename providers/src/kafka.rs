@@ -1,0 +1,143 @@
+//! The Kafka configuration: `kafka` (a consumer group per subscription, manual commits, the
+//! handled count republished in the record headers).
+//!
+//! The broker, once per test binary, from the source `source::start` picks: the cluster in
+//! `KAFKA_BOOTSTRAP_SERVERS`, or one KRaft node (combined controller and broker) in a local JVM,
+//! from the jars and launcher `cargo xtask brokers install kafka` puts under `.brokers/kafka`.
+//! No container definition yet.
+
+use std::process::Command;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use gateway::transport::kafka::{KafkaConnection, KafkaSubscription};
+use gateway::{Channel, Producer, Subscription};
+
+use crate::broker::ImageRef;
+use crate::builder::{reader_subscription, CellBroker, CellNames, CellPlan};
+use crate::local::{self, LocalError, LocalProcess};
+use crate::source::{self, Definition, Running};
+
+/// The cells' group session timeout: a consumer that goes away (a cell's end) leaves its
+/// partition to nobody else, so this only bounds how long the coordinator keeps a dead member.
+pub const SESSION_TIMEOUT: Duration = Duration::from_secs(6);
+
+struct Broker {
+    connection: KafkaConnection,
+    _running: Running,
+}
+
+/// The local KRaft node: the launcher formats a fresh log dir in the run's folder, prints its
+/// ready line, and stops (deleting the folder) when its stdin closes.
+fn start_local() -> Result<LocalProcess, LocalError> {
+    let install = local::install_dir("kafka");
+    let launcher = install.join("classes/KafkaLauncher.class");
+    if !launcher.exists() {
+        return Err(LocalError::NotInstalled {
+            name: "kafka",
+            missing: launcher,
+            install: "cargo xtask brokers install kafka",
+        });
+    }
+    let (port, controller) = (local::free_loopback_port(), local::free_loopback_port());
+    let work = install.join("run").join(port.to_string());
+    let mut command = Command::new("java");
+    command
+        .args(["-Xms128m", "-Xmx512m", "-XX:+UseSerialGC"])
+        .arg("-cp")
+        .arg(format!("{}:{}", install.join("lib/*").display(), install.join("classes").display()))
+        .arg("KafkaLauncher")
+        .arg(&work)
+        .arg(port.to_string())
+        .arg(controller.to_string());
+    local::start("kafka", "kafka", command, port, "kafka ready", Duration::from_secs(120))
+}
+
+/// The container image: none is proven here; overridable, like every image, for a mirror.
+pub const KAFKA_IMAGE: &str = "apache/kafka:3.9.0";
+pub const KAFKA_IMAGE_VARIABLE: &str = "CONFORMANCE_KAFKA_IMAGE";
+
+/// The Kafka broker in each source (chosen by `source::start`).
+fn definition() -> Definition {
+    Definition {
+        transport: "kafka",
+        endpoint_variable: "KAFKA_BOOTSTRAP_SERVERS",
+        image: ImageRef::from_environment("kafka", KAFKA_IMAGE_VARIABLE, KAFKA_IMAGE),
+        #[cfg(feature = "containers")]
+        container: None,
+        local: start_local,
+    }
+}
+
+fn broker() -> &'static Broker {
+    static BROKER: OnceLock<Broker> = OnceLock::new();
+    BROKER.get_or_init(|| {
+        let running = source::start(&definition());
+        let bootstrap = match (&running, running.loopback_address()) {
+            (Running::Env(address), _) => address.clone(),
+            (_, Some(address)) => address,
+            (_, None) => unreachable!("a started broker has a loopback address"),
+        };
+        // Connecting is async, and the caller may itself be on a runtime: block a plain thread.
+        let connected = Arc::new(std::sync::Mutex::new(None));
+        let (slot, address) = (connected.clone(), bootstrap.clone());
+        source::require_answer("kafka", &running, &bootstrap, async move {
+            let connection = KafkaConnection::connect(&address).await?;
+            *slot.lock().expect("one writer") = Some(connection);
+            Ok::<_, gateway::ChannelError>(())
+        });
+        let connection =
+            connected.lock().expect("one writer").take().expect("require_answer stops the binary otherwise");
+        Broker { connection, _running: running }
+    })
+}
+
+/// The connection to this binary's Kafka broker, for bespoke tests.
+pub fn connection() -> &'static KafkaConnection {
+    &broker().connection
+}
+
+pub struct KafkaConfiguration {
+    name: &'static str,
+}
+
+pub fn kafka() -> &'static KafkaConfiguration {
+    static CONFIGURATION: KafkaConfiguration = KafkaConfiguration { name: "kafka" };
+    &CONFIGURATION
+}
+
+/// A channel for `subscription` (a consumer group on a topic), with the cells' session timeout.
+pub async fn channel(subscription: Subscription) -> Arc<dyn Channel> {
+    let name = subscription.name.clone();
+    let mut subscription = KafkaSubscription::new(subscription);
+    subscription.session_timeout = SESSION_TIMEOUT;
+    connection().channel(&subscription).await.unwrap_or_else(|e| panic!("creating {name}: {e}"))
+}
+
+// Topics are left on the broker: its log dir is the test binary's own and goes with it.
+#[async_trait]
+impl CellBroker for KafkaConfiguration {
+    type Created = ();
+
+    fn configuration(&self) -> &'static str {
+        self.name
+    }
+
+    /// A topic named as the cell, consumed by the group `<topic>-group`.
+    fn names(&self, topic: &str) -> CellNames {
+        CellNames::new(format!("{topic}-group"), topic)
+    }
+
+    async fn channel(&self, plan: &CellPlan, _: &mut ()) -> Arc<dyn Channel> {
+        channel(plan.subscription.clone()).await
+    }
+
+    async fn reader(&self, destination: &str, _: &mut ()) -> Arc<dyn Channel> {
+        channel(reader_subscription(destination)).await
+    }
+
+    fn producer(&self, _: &CellPlan) -> Arc<dyn Producer> {
+        Arc::new(connection().producer())
+    }
+}

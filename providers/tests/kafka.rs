@@ -1,0 +1,129 @@
+//! Bespoke Kafka tests outside the templates (ADR 0077, R-14): the counter measurement (Kafka
+//! keeps no delivery counter: a record redelivered by a nack's seek or to a recreated consumer
+//! of the same group presents the count it was sent with; only a requeue's republished copy
+//! grows it), the dead-letter copy keeping its stamp across dead-letter reads, and an
+//! unreadable record routed as Unacceptable.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use gateway::rejection::{keys, Rejection};
+use gateway::transport::kafka::KafkaConnection;
+use gateway::{Channel, Message, MessageType, Producer, Subscription};
+
+mod support;
+use support::{receive, unique};
+
+fn connection() -> &'static KafkaConnection {
+    providers::kafka::connection()
+}
+
+async fn channel(subscription: &Subscription) -> Arc<dyn Channel> {
+    providers::kafka::channel(subscription.clone()).await
+}
+
+/// The measurement behind the manifest's `republished`: a record delivered, nacked (seek back),
+/// delivered again, left unsettled while its consumer is dropped, delivered to a recreated
+/// consumer of the same group, then requeued twice, the pump's count grown each time. Without a
+/// broker counter the first three deliveries present 0, 0, 0; the requeued copies present the
+/// count the channel was given: 1, then 2.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_broker_counter_redeliveries_keep_the_sent_count_and_a_requeue_republishes_it_grown() {
+    let topic = unique("counter");
+    let subscription = Subscription::new(format!("{topic}-group"), &topic).with_requeue_count(5);
+    let consumer = channel(&subscription).await;
+    let sent = Message::new(&topic, MessageType::Command, "measured");
+    connection().producer().send(&sent).await.unwrap();
+    let started = Instant::now();
+    let mut presented = Vec::new();
+    let mut arrivals = Vec::new();
+    let mut note = |message: &Message, presented: &mut Vec<u32>| {
+        presented.push(message.header.handled_count);
+        arrivals.push(started.elapsed().as_millis());
+    };
+    let first = receive(&*consumer, sent.id(), Duration::from_secs(30)).await.expect("delivery 1");
+    note(&first, &mut presented);
+    consumer.nack(&first).await.unwrap();
+    let second = receive(&*consumer, sent.id(), Duration::from_secs(30)).await.expect("delivery 2 (after a nack)");
+    note(&second, &mut presented);
+    drop(consumer); // unsettled: its offset is not committed
+    let recreated = channel(&subscription).await;
+    let mut delivery =
+        receive(&*recreated, sent.id(), Duration::from_secs(60)).await.expect("delivery 3 (a recreated consumer)");
+    note(&delivery, &mut presented);
+    for _ in 0..2 {
+        delivery.header.handled_count += 1; // as the pump leaves it before a requeue
+        recreated.requeue(&delivery, Duration::ZERO).await.unwrap();
+        delivery = receive(&*recreated, sent.id(), Duration::from_secs(30)).await.expect("a requeued copy");
+        note(&delivery, &mut presented);
+    }
+    recreated.acknowledge(&delivery).await.unwrap();
+    eprintln!("kafka counter: presented {presented:?}, arrivals after send {arrivals:?} ms");
+    assert_eq!(presented, [0, 0, 0, 1, 2]);
+    assert!(receive(&*recreated, sent.id(), Duration::from_secs(3)).await.is_none(), "acknowledged, yet redelivered");
+}
+
+/// A requeue with a delay holds the record for the delay, then republishes it: redelivered not
+/// before the delay, with the count grown.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_requeue_republishes_not_before_its_delay_with_the_count_grown() {
+    let topic = unique("requeue");
+    let consumer = channel(&Subscription::new(format!("{topic}-group"), &topic)).await;
+    let sent = Message::new(&topic, MessageType::Command, "requeued");
+    connection().producer().send(&sent).await.unwrap();
+    let mut first = receive(&*consumer, sent.id(), Duration::from_secs(30)).await.expect("delivery 1");
+    first.header.handled_count = 1;
+    let requeued_at = Instant::now();
+    consumer.requeue(&first, Duration::from_secs(2)).await.unwrap();
+    let second = receive(&*consumer, sent.id(), Duration::from_secs(20)).await.expect("delivery 2");
+    let waited = requeued_at.elapsed();
+    assert!(waited >= Duration::from_secs(2), "redelivered {waited:?} after a 2 s requeue");
+    assert_eq!(second.header.handled_count, 1);
+    consumer.acknowledge(&second).await.unwrap();
+}
+
+/// the dead-letter copy keeps its stamped count on every dead-letter read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dead_letter_copy_keeps_its_stamp_across_dead_letter_reads() {
+    let topic = unique("dlq");
+    let subscription = Subscription::new(format!("{topic}-group"), &topic).with_dead_letter(format!("{topic}-dlq"));
+    let consumer = channel(&subscription).await;
+    let dead_letters = channel(&Subscription::new(format!("{topic}-dlq-reader"), format!("{topic}-dlq"))).await;
+    let sent = Message::new(&topic, MessageType::Command, "rejected");
+    connection().producer().send(&sent).await.unwrap();
+    let mut delivered = receive(&*consumer, sent.id(), Duration::from_secs(30)).await.expect("delivery");
+    delivered.header.handled_count = 3; // as the pump leaves it when the budget R = 3 is spent
+    assert!(consumer.reject(&delivered, Some(&Rejection::delivery_error("budget spent"))).await.unwrap());
+    let mut counts = Vec::new();
+    for _ in 0..3 {
+        let copy = receive(&*dead_letters, sent.id(), Duration::from_secs(30)).await.expect("a dead-letter read");
+        assert_eq!(copy.header.bag.get(keys::REJECTION_REASON), Some(&"DeliveryError".into()));
+        counts.push(copy.header.handled_count);
+        dead_letters.nack(&copy).await.unwrap();
+    }
+    assert_eq!(counts, [3, 3, 3]);
+}
+
+/// A record the gateway cannot read goes to the invalid-message topic as Unacceptable, with its
+/// body, and leaves the source.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreadable_record_is_routed_as_unacceptable() {
+    let topic = unique("unreadable");
+    let subscription =
+        Subscription::new(format!("{topic}-group"), &topic).with_invalid_message(format!("{topic}-invalid"));
+    let consumer = channel(&subscription).await;
+    let invalid = channel(&Subscription::new(format!("{topic}-invalid-reader"), format!("{topic}-invalid"))).await;
+    let headers = rdkafka_headers_none();
+    connection().producer().send_native(&topic, None, b"not a gateway message".to_vec(), headers).await.unwrap();
+    assert!(consumer.receive(Duration::from_secs(5)).await.unwrap().is_none(), "the unreadable record was presented");
+    let routed = invalid.receive(Duration::from_secs(30)).await.unwrap().expect("the routed copy");
+    assert_eq!(routed.body.bytes, b"not a gateway message");
+    assert_eq!(routed.header.bag.get(keys::REJECTION_REASON), Some(&"Unacceptable".into()));
+    invalid.acknowledge(&routed).await.unwrap();
+    let again = channel(&subscription).await;
+    assert!(again.receive(Duration::from_secs(5)).await.unwrap().is_none(), "the unreadable record was not committed");
+}
+
+fn rdkafka_headers_none() -> gateway::transport::kafka::RecordHeaders {
+    gateway::transport::kafka::RecordHeaders::new()
+}
