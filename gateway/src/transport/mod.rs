@@ -30,8 +30,6 @@ pub mod kafka;
     )),
     allow(dead_code)
 )]
-#[cfg(feature = "kafka")]
-pub mod kafka;
 mod kit;
 pub mod memory;
 #[cfg(feature = "mqtt")]
