@@ -7,7 +7,7 @@ use providers::{CellSpec, Provider, Variant};
 
 // The body runs under the per-cell ceiling (providers::ceiling) on a two-worker tokio runtime.
 #[test]
-#[ignore = "Deferred (ADR-0077 FR-9: Kafka has no per-message delivery delay (a record is readable once appended; the protocol has no delayed produce); the producer refuses the send with that reason)"]
+#[ignore = "Deferred (#16: Kafka has no per-message delivery delay (a record is readable once appended; the protocol has no delayed produce); the producer refuses the send with that reason)"]
 fn send_with_delay_delivers_not_before_the_delay() {
     providers::within_ceiling_async(|| async {
         use std::time::{Duration, Instant};
