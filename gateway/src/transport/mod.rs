@@ -1,35 +1,14 @@
 //! Transports: each turns broker messages into `Message`s through the delivery-count rule and
 //! settles them. The in-memory one is always compiled; broker ones sit behind cargo features.
 
-#[cfg(any(
-    feature = "sqs",
-    feature = "gcp",
-    feature = "rocketmq",
-    feature = "postgres",
-    feature = "mqtt",
-    feature = "redis",
-    feature = "rabbitmq",
-    feature = "kafka"
-))]
+#[cfg(feature = "broker")]
 pub mod attributes;
 #[cfg(feature = "gcp")]
 pub mod gcp;
 #[cfg(feature = "kafka")]
 pub mod kafka;
 // The shared pieces; the in-memory transport uses only some of them.
-#[cfg_attr(
-    not(any(
-        feature = "sqs",
-        feature = "gcp",
-        feature = "rocketmq",
-        feature = "postgres",
-        feature = "mqtt",
-        feature = "redis",
-        feature = "rabbitmq",
-        feature = "kafka"
-    )),
-    allow(dead_code)
-)]
+#[cfg_attr(not(feature = "broker"), allow(dead_code))]
 mod kit;
 pub mod memory;
 #[cfg(feature = "mqtt")]
@@ -38,15 +17,7 @@ pub mod mqtt;
 pub mod postgres;
 #[cfg(feature = "rabbitmq")]
 pub mod rabbitmq;
-#[cfg(any(
-    feature = "gcp",
-    feature = "rocketmq",
-    feature = "postgres",
-    feature = "mqtt",
-    feature = "redis",
-    feature = "rabbitmq",
-    feature = "kafka"
-))]
+#[cfg(feature = "receive-loop")]
 mod receive_loop;
 #[cfg(feature = "redis")]
 pub mod redis;
