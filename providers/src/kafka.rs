@@ -74,21 +74,15 @@ fn broker() -> &'static Broker {
     static BROKER: OnceLock<Broker> = OnceLock::new();
     BROKER.get_or_init(|| {
         let running = source::start(&definition());
-        let bootstrap = match (&running, running.loopback_address()) {
-            (Running::Env(address), _) => address.clone(),
-            (_, Some(address)) => address,
-            (_, None) => unreachable!("a started broker has a loopback address"),
-        };
-        // Connecting is async, and the caller may itself be on a runtime: block a plain thread.
-        let connected = Arc::new(std::sync::Mutex::new(None));
-        let (slot, address) = (connected.clone(), bootstrap.clone());
-        source::require_answer("kafka", &running, &bootstrap, async move {
-            let connection = KafkaConnection::connect(&address).await?;
-            *slot.lock().expect("one writer") = Some(connection);
-            Ok::<_, gateway::ChannelError>(())
-        });
+        let bootstrap = running.endpoint(|address| address.to_owned());
+        let address = bootstrap.clone();
         let connection =
-            connected.lock().expect("one writer").take().expect("require_answer stops the binary otherwise");
+            source::require_answer(
+                "kafka",
+                &running,
+                &bootstrap,
+                async move { KafkaConnection::connect(&address).await },
+            );
         Broker { connection, _running: running }
     })
 }

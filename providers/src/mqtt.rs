@@ -66,21 +66,10 @@ fn broker() -> &'static Broker {
     static BROKER: OnceLock<Broker> = OnceLock::new();
     BROKER.get_or_init(|| {
         let running = source::start(&definition());
-        let address = match (&running, running.loopback_address()) {
-            (Running::Env(address), _) => address.clone(),
-            (_, Some(address)) => address,
-            (_, None) => unreachable!("a started broker has a loopback address"),
-        };
-        // Connecting is async, and the caller may itself be on a runtime: block a plain thread.
-        let connected = Arc::new(std::sync::Mutex::new(None));
-        let (slot, endpoint) = (connected.clone(), address.clone());
-        source::require_answer("mqtt", &running, &address, async move {
-            let connection = MqttConnection::connect(&endpoint).await?;
-            *slot.lock().expect("one writer") = Some(connection);
-            Ok::<_, gateway::ChannelError>(())
-        });
+        let endpoint = running.endpoint(|address| address.to_owned());
+        let address = endpoint.clone();
         let connection =
-            connected.lock().expect("one writer").take().expect("require_answer stops the binary otherwise");
+            source::require_answer("mqtt", &running, &endpoint, async move { MqttConnection::connect(&address).await });
         Broker { connection, _running: running }
     })
 }

@@ -77,22 +77,13 @@ fn broker() -> &'static Broker {
     static BROKER: OnceLock<Broker> = OnceLock::new();
     BROKER.get_or_init(|| {
         let running = source::start(&definition());
-        let url = match (&running, running.loopback_address()) {
-            (Running::Env(url), _) => url.clone(),
-            (_, Some(address)) => format!("postgres://{USER}@{address}/postgres"),
-            (_, None) => unreachable!("a started broker has a loopback address"),
-        };
-        // Connecting is async, and the caller may itself be on a runtime: block a plain thread.
-        let connected = Arc::new(std::sync::Mutex::new(None));
-        let (slot, address) = (connected.clone(), url.clone());
-        source::require_answer("postgres", &running, &url, async move {
+        let url = running.endpoint(|address| format!("postgres://{USER}@{address}/postgres"));
+        let address = url.clone();
+        let connection = source::require_answer("postgres", &running, &url, async move {
             let connection = PostgresConnection::connect(&address).await?;
             connection.create_schema().await?;
-            *slot.lock().expect("one writer") = Some(connection);
-            Ok::<_, gateway::ChannelError>(())
+            Ok::<_, gateway::ChannelError>(connection)
         });
-        let connection =
-            connected.lock().expect("one writer").take().expect("require_answer stops the binary otherwise");
         Broker { connection, url, _running: running }
     })
 }

@@ -84,21 +84,15 @@ fn broker() -> &'static Broker {
     static BROKER: OnceLock<Broker> = OnceLock::new();
     BROKER.get_or_init(|| {
         let running = source::start(&definition());
-        let url = match (&running, running.loopback_address()) {
-            (Running::Env(url), _) => url.clone(),
-            (_, Some(address)) => format!("amqp://guest:guest@{address}/%2f"),
-            (_, None) => unreachable!("a started broker has a loopback address"),
-        };
-        // Connecting is async, and the caller may itself be on a runtime: block a plain thread.
-        let connected = Arc::new(std::sync::Mutex::new(None));
-        let (slot, address) = (connected.clone(), url.clone());
-        source::require_answer("rabbitmq", &running, &url, async move {
-            let connection = RabbitMqConnection::connect(&address).await?;
-            *slot.lock().expect("one writer") = Some(connection);
-            Ok::<_, gateway::ChannelError>(())
-        });
+        let url = running.endpoint(|address| format!("amqp://guest:guest@{address}/%2f"));
+        let address = url.clone();
         let connection =
-            connected.lock().expect("one writer").take().expect("require_answer stops the binary otherwise");
+            source::require_answer(
+                "rabbitmq",
+                &running,
+                &url,
+                async move { RabbitMqConnection::connect(&address).await },
+            );
         Broker { url, connection, _running: running }
     })
 }

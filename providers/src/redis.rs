@@ -70,21 +70,10 @@ fn broker() -> &'static Broker {
     static BROKER: OnceLock<Broker> = OnceLock::new();
     BROKER.get_or_init(|| {
         let running = source::start(&definition());
-        let url = match (&running, running.loopback_address()) {
-            (Running::Env(url), _) => url.clone(),
-            (_, Some(address)) => format!("redis://{address}"),
-            (_, None) => unreachable!("a started broker has a loopback address"),
-        };
-        // Connecting is async, and the caller may itself be on a runtime: block a plain thread.
-        let connected = Arc::new(std::sync::Mutex::new(None));
-        let (slot, address) = (connected.clone(), url.clone());
-        source::require_answer("redis", &running, &url, async move {
-            let connection = RedisConnection::connect(&address).await?;
-            *slot.lock().expect("one writer") = Some(connection);
-            Ok::<_, gateway::ChannelError>(())
-        });
+        let url = running.endpoint(|address| format!("redis://{address}"));
+        let address = url.clone();
         let connection =
-            connected.lock().expect("one writer").take().expect("require_answer stops the binary otherwise");
+            source::require_answer("redis", &running, &url, async move { RedisConnection::connect(&address).await });
         Broker { connection, _running: running }
     })
 }

@@ -129,21 +129,11 @@ fn broker() -> &'static Broker {
             );
             crate::broker::fatal("rocketmq", &why);
         }
-        let name_server = match (&running, running.loopback_address()) {
-            (Running::Env(address), _) => address.clone(),
-            (_, Some(address)) => address,
-            (_, None) => unreachable!("a started broker has a loopback address"),
-        };
-        // Connecting is async, and the caller may itself be on a runtime: block a plain thread.
-        let connected = std::sync::Arc::new(std::sync::Mutex::new(None));
-        let (slot, address) = (connected.clone(), name_server.clone());
-        source::require_answer("rocketmq", &running, &name_server, async move {
-            let connection = RocketMqConnection::connect(&address).await?;
-            *slot.lock().expect("one writer") = Some(connection);
-            Ok::<_, gateway::ChannelError>(())
+        let name_server = running.endpoint(|address| address.to_owned());
+        let address = name_server.clone();
+        let connection = source::require_answer("rocketmq", &running, &name_server, async move {
+            RocketMqConnection::connect(&address).await
         });
-        let connection =
-            connected.lock().expect("one writer").take().expect("require_answer stops the binary otherwise");
         Broker { connection, _running: running }
     })
 }

@@ -153,6 +153,16 @@ impl Running {
             Running::Local(process) => Some(format!("127.0.0.1:{}", process.port)),
         }
     }
+
+    /// Where clients reach the broker: the endpoint variable's value as given, or `client_url`
+    /// of the loopback address of a broker this binary started.
+    pub fn endpoint(&self, client_url: impl FnOnce(&str) -> String) -> String {
+        match (self, self.loopback_address()) {
+            (Running::Env(value), _) => value.clone(),
+            (_, Some(address)) => client_url(&address),
+            (_, None) => unreachable!("a started broker has a loopback address"),
+        }
+    }
 }
 
 /// Resolves the source for `definition`, starts the broker and says on stderr which source it
@@ -223,16 +233,17 @@ fn kill_soon(pid: u32) {
 /// How long the first call to a broker may take before it counts as unanswered.
 pub const PROBE_CEILING: Duration = Duration::from_secs(15);
 
-/// Makes `probe`, a first call to the broker just started, on a plain thread (the caller may be
-/// on a runtime) within [`PROBE_CEILING`]. A broker that does not answer stops the binary once
-/// (a [`fatal`] line naming the transport, the source, the endpoint and the cause): an outage
-/// is never written down as a regression in every cell.
-pub fn require_answer<E: std::fmt::Display>(
+/// Makes `probe`, a first call to the broker just started (typically its connection), on a
+/// plain thread (the caller may be on a runtime) within [`PROBE_CEILING`], and returns what it
+/// made. A broker that does not answer stops the binary once (a [`fatal`] line naming the
+/// transport, the source, the endpoint and the cause): an outage is never written down as a
+/// regression in every cell.
+pub fn require_answer<T: Send + 'static, E: std::fmt::Display>(
     transport: &str,
     running: &Running,
     endpoint: &str,
-    probe: impl std::future::Future<Output = Result<(), E>> + Send + 'static,
-) {
+    probe: impl std::future::Future<Output = Result<T, E>> + Send + 'static,
+) -> T {
     let answer = std::thread::spawn(move || {
         gateway::GatewayRuntime::shared().block_on(async {
             match tokio::time::timeout(PROBE_CEILING, probe).await {
@@ -243,10 +254,10 @@ pub fn require_answer<E: std::fmt::Display>(
     })
     .join()
     .unwrap_or_else(|_| Err("the probe panicked".to_owned()));
-    if let Err(cause) = answer {
+    answer.unwrap_or_else(|cause| {
         let error = SourceError::Unreachable { from: running.source(), endpoint: endpoint.to_owned(), cause };
-        fatal(transport, &error);
-    }
+        fatal(transport, &error)
+    })
 }
 
 #[cfg(feature = "containers")]
