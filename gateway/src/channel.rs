@@ -32,6 +32,10 @@ pub trait Channel: Send + Sync {
     async fn requeue(&self, message: &Message, delay: Duration) -> Result<(), ChannelError>;
     /// Releases the message for redelivery at once.
     async fn nack(&self, message: &Message) -> Result<(), ChannelError>;
+    /// Ends the channel as a consumer that stops does: what it received and did not settle goes
+    /// back to the broker and is delivered again, at once or, on a broker that leases, when its
+    /// lease lapses. Settle first what must not come back; the channel is not used afterwards.
+    async fn close(&self) -> Result<(), ChannelError>;
     /// The broker's delivery counting as the channel found it at creation (a native redrive
     /// limit, a reason it cannot count); `None` for a republishing transport. Pumps read it when
     /// they start, to surface the budget rules.
@@ -66,6 +70,9 @@ impl<C: Channel + ?Sized> Channel for Arc<C> {
     }
     async fn nack(&self, message: &Message) -> Result<(), ChannelError> {
         (**self).nack(message).await
+    }
+    async fn close(&self) -> Result<(), ChannelError> {
+        (**self).close().await
     }
     fn counting(&self) -> Option<CountingReport> {
         (**self).counting()

@@ -21,15 +21,20 @@ use crate::transport::kit;
 struct Queue {
     /// Sorted by the instant each message becomes visible; FIFO among equals.
     waiting: VecDeque<(Instant, Message)>,
-    /// Received and not yet settled, by receipt.
-    in_flight: HashMap<String, Message>,
+    /// Received and not yet settled, by receipt: the message and the channel holding it.
+    in_flight: HashMap<String, (ChannelId, Message)>,
 }
+
+/// Which channel holds an in-flight message, so closing a channel returns only its own.
+type ChannelId = u64;
 
 #[derive(Debug, Default)]
 struct Shared {
     queues: Mutex<HashMap<String, Queue>>,
     /// Woken on every publish so that waiting receivers look again.
     published: Notify,
+    /// The last channel id handed out.
+    channels: std::sync::atomic::AtomicU64,
 }
 
 /// A broker of named queues; clones share the same queues.
@@ -89,14 +94,15 @@ impl MemoryBroker {
             }
             MakeChannels::Validate | MakeChannels::Assume => {}
         }
-        Ok(MemoryChannel { broker: self.clone(), subscription: subscription.clone() })
+        let id = self.shared.channels.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        Ok(MemoryChannel { broker: self.clone(), subscription: subscription.clone(), id })
     }
 
     pub fn producer(&self) -> MemoryProducer {
         MemoryProducer { broker: self.clone() }
     }
 
-    async fn receive(&self, queue: &str, timeout: Duration) -> Option<Message> {
+    async fn receive(&self, queue: &str, holder: ChannelId, timeout: Duration) -> Option<Message> {
         let deadline = Instant::now() + timeout;
         loop {
             // Register for the wake-up before looking, so a publish in between is not missed.
@@ -111,7 +117,7 @@ impl MemoryBroker {
                     Some((visible_at, _)) if *visible_at <= now => {
                         let (_, mut message) = queue.waiting.pop_front().expect("front exists");
                         let receipt = uuid::Uuid::new_v4().to_string();
-                        queue.in_flight.insert(receipt.clone(), message.clone());
+                        queue.in_flight.insert(receipt.clone(), (holder, message.clone()));
                         message.receipt = Some(receipt);
                         return Some(message);
                     }
@@ -141,6 +147,22 @@ impl MemoryBroker {
             None => Err(kit::not_in_flight(queue, operation, message)),
         }
     }
+
+    /// Puts back, visible at once, every message `holder` received from `queue` and did not
+    /// settle: what a broker does with a consumer that goes away.
+    fn release_held_by(&self, queue: &str, holder: ChannelId) {
+        let held: Vec<Message> = match self.queues().get_mut(queue) {
+            Some(queue) => {
+                let receipts: Vec<String> =
+                    queue.in_flight.iter().filter(|(_, (by, _))| *by == holder).map(|(r, _)| r.clone()).collect();
+                receipts.iter().filter_map(|receipt| queue.in_flight.remove(receipt)).map(|(_, m)| m).collect()
+            }
+            None => Vec::new(),
+        };
+        for message in held {
+            self.publish(queue, message.without_receipt(), Duration::ZERO);
+        }
+    }
 }
 
 /// A consumer's channel on a `MemoryBroker` queue.
@@ -148,6 +170,8 @@ impl MemoryBroker {
 pub struct MemoryChannel {
     broker: MemoryBroker,
     subscription: Subscription,
+    /// This channel's own: clones are the same channel.
+    id: ChannelId,
 }
 
 #[async_trait]
@@ -160,7 +184,7 @@ impl Channel for MemoryChannel {
 
     async fn receive(&self, timeout: Duration) -> Result<Option<Message>, ChannelError> {
         // No broker counter: the header count stands (`delivery_count::resolve` with `None`).
-        Ok(self.broker.receive(self.name(), timeout).await)
+        Ok(self.broker.receive(self.name(), self.id, timeout).await)
     }
 
     async fn acknowledge(&self, message: &Message) -> Result<(), ChannelError> {
@@ -185,6 +209,12 @@ impl Channel for MemoryChannel {
     async fn nack(&self, message: &Message) -> Result<(), ChannelError> {
         self.broker.settle(self.name(), message, "nack")?;
         self.broker.publish(self.name(), message.without_receipt(), Duration::ZERO);
+        Ok(())
+    }
+
+    /// What this channel received and did not settle is put back at once, as its consumer is gone.
+    async fn close(&self) -> Result<(), ChannelError> {
+        self.broker.release_held_by(self.name(), self.id);
         Ok(())
     }
 }

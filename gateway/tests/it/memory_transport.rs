@@ -100,3 +100,25 @@ fn both_pump_styles_can_share_one_broker() {
     assert!(asynchronous.is_some() && blocked.is_some());
     assert_ne!(asynchronous.unwrap().id(), blocked.unwrap().id());
 }
+
+#[tokio::test]
+async fn closing_a_channel_puts_back_what_it_held_and_nothing_another_channel_holds() {
+    let broker = MemoryBroker::new();
+    let (first, second) = (broker.channel(&subscription()).unwrap(), broker.channel(&subscription()).unwrap());
+    for body in ["a", "b", "c"] {
+        broker.producer().send(&Message::new("q", MessageType::Command, body)).await.unwrap();
+    }
+    let settled = first.receive(Duration::from_secs(1)).await.unwrap().unwrap();
+    let held = first.receive(Duration::from_secs(1)).await.unwrap().unwrap();
+    let others = second.receive(Duration::from_secs(1)).await.unwrap().unwrap();
+    first.acknowledge(&settled).await.unwrap();
+    first.close().await.unwrap();
+    assert_eq!(
+        (broker.waiting("q"), broker.in_flight("q")),
+        (1, 1),
+        "only the unsettled message of the closed channel is back"
+    );
+    let again = second.receive(Duration::from_secs(1)).await.unwrap().expect("put back at once");
+    assert_eq!((again.id(), again.header.handled_count), (held.id(), 0));
+    second.acknowledge(&others).await.unwrap();
+}

@@ -308,6 +308,9 @@ impl Channel for Counted {
     async fn nack(&self, message: &Message) -> Result<(), gateway::ChannelError> {
         self.inner.nack(message).await
     }
+    async fn close(&self) -> Result<(), gateway::ChannelError> {
+        self.inner.close().await
+    }
     fn counting(&self) -> Option<CountingReport> {
         Some(self.counting.clone())
     }

@@ -183,4 +183,7 @@ impl<C: Channel> Channel for FailingAcks<C> {
     async fn nack(&self, message: &Message) -> Result<(), ChannelError> {
         self.inner.nack(message).await
     }
+    async fn close(&self) -> Result<(), ChannelError> {
+        self.inner.close().await
+    }
 }

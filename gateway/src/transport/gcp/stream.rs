@@ -220,6 +220,16 @@ impl Channel for StreamChannel {
         Ok(())
     }
 
+    /// Ends the stream and nacks what the pump holds unsettled, so it is delivered again at
+    /// once; what the stream had buffered and nobody took comes back when its lease lapses.
+    async fn close(&self) -> Result<(), ChannelError> {
+        self.reader.abort();
+        let held: Vec<Handler> =
+            self.in_flight.lock().unwrap_or_else(|p| p.into_inner()).drain().map(|(_, h)| h).collect();
+        held.into_iter().for_each(Handler::nack);
+        Ok(())
+    }
+
     fn counting(&self) -> Option<CountingReport> {
         Some(self.counting.clone())
     }

@@ -200,6 +200,19 @@ impl Channel for KafkaChannel {
         let place = self.take(message, "nack")?;
         self.seek_back(place, "nack").await
     }
+
+    /// Leaves the group: another member is assigned the partition and reads on from the last
+    /// committed offset, so every record not committed here is read again.
+    async fn close(&self) -> Result<(), ChannelError> {
+        self.in_flight().clear();
+        let consumer = self.consumer.clone();
+        // Unsubscribing waits for the group thread's answer: off the runtime's workers.
+        self.runtime
+            .call(async move { tokio::task::spawn_blocking(move || consumer.unsubscribe()).await })
+            .await
+            .expect("an unsubscribe panicked");
+        Ok(())
+    }
 }
 
 #[cfg(test)]

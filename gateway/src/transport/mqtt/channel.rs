@@ -171,4 +171,11 @@ impl Channel for MqttChannel {
     async fn nack(&self, message: &Message) -> Result<(), ChannelError> {
         self.republish(message, "nack").await
     }
+
+    /// Stops the session's connection. Its session stays on the broker, which resends every
+    /// message not acknowledged (taken or not) when a session of the same name connects.
+    async fn close(&self) -> Result<(), ChannelError> {
+        self.session.stop();
+        Ok(())
+    }
 }

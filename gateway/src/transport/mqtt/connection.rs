@@ -46,6 +46,14 @@ pub(super) struct Session {
     task: JoinHandle<()>,
 }
 
+impl Session {
+    /// Stops the event loop: the TCP connection closes without a DISCONNECT, as when a
+    /// consumer process dies.
+    pub fn stop(&self) {
+        self.task.abort();
+    }
+}
+
 impl Drop for Session {
     fn drop(&mut self) {
         // The TCP connection closes with the event loop; a persistent session stays on the broker.

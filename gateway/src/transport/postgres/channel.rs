@@ -168,6 +168,11 @@ impl PostgresChannel {
 
 #[async_trait]
 impl Channel for PostgresChannel {
+    /// Nothing is held by the client: a row not settled is received again when its `visible_at` lease lapses.
+    async fn close(&self) -> Result<(), ChannelError> {
+        Ok(())
+    }
+
     // A channel is named after its subscription.
     fn name(&self) -> &str {
         &self.subscription.name

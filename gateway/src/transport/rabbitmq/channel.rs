@@ -264,6 +264,17 @@ impl Channel for RabbitMqChannel {
         self.settle(message, Settle::Return, "nack").await
     }
 
+    /// Closes the AMQP channel: the broker returns its unacknowledged deliveries to the queue
+    /// (redelivered; a quorum queue counts them).
+    async fn close(&self) -> Result<(), ChannelError> {
+        self.in_flight.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        let channel = self.channel.clone();
+        self.runtime
+            .call(async move { channel.close(200, "the gateway channel closed".into()).await })
+            .await
+            .map_err(|e| broker_error(self.name(), "close", e))
+    }
+
     fn counting(&self) -> Option<CountingReport> {
         self.counting.clone()
     }

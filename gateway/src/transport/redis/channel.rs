@@ -208,6 +208,11 @@ impl RedisChannel {
 
 #[async_trait]
 impl Channel for RedisChannel {
+    /// Nothing is held by the client: an entry not settled stays pending and is claimed again once idle past the lease.
+    async fn close(&self) -> Result<(), ChannelError> {
+        Ok(())
+    }
+
     // A channel is named after its consumer group.
     fn name(&self) -> &str {
         &self.subscription.name

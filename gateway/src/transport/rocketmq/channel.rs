@@ -214,6 +214,11 @@ impl RocketMqChannel {
 
 #[async_trait]
 impl Channel for RocketMqChannel {
+    /// Nothing is held by the client: RocketMQ pops what was not settled again when its invisible time lapses.
+    async fn close(&self) -> Result<(), ChannelError> {
+        Ok(())
+    }
+
     // A channel is named after its consumer group.
     fn name(&self) -> &str {
         &self.subscription.name

@@ -135,6 +135,11 @@ impl SqsChannel {
 
 #[async_trait]
 impl Channel for SqsChannel {
+    /// Nothing is held by the client: SQS makes what was not settled visible again when its visibility timeout lapses.
+    async fn close(&self) -> Result<(), ChannelError> {
+        Ok(())
+    }
+
     // A channel is named after the queue it reads, not the subscription.
     #[allow(clippy::misnamed_getters)]
     fn name(&self) -> &str {
