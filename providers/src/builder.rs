@@ -8,11 +8,11 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use gateway::{Channel, Producer, Subscription};
+use gateway::{Channel, MakeChannels, Producer, Subscription};
 
 use crate::assertion::{FullHeader, MessageAssertion};
 use crate::ceiling::{step, Watched};
-use crate::cell::{Cell, CellParts, CellSpec, Teardown};
+use crate::cell::{Cell, CellParts, CellSpec, Successor, Teardown};
 use crate::Provider;
 
 /// A cell's names, derived by its broker from the cell's unique name.
@@ -86,8 +86,8 @@ pub fn reader_subscription(destination: &str) -> Subscription {
 }
 
 /// Builds one cell on `broker`: names, subscription, channel, then the dead-letter and invalid
-/// readers, producer, assertion and teardown, in that order.
-pub async fn build<B: CellBroker + ?Sized>(broker: &B, spec: CellSpec) -> Cell {
+/// readers, producer, assertion, teardown and successor, in that order.
+pub async fn build<B: CellBroker + ?Sized>(broker: &'static B, spec: CellSpec) -> Cell {
     crate::fault::fail_first_attempt(&format!("{}-{}-{}", broker.configuration(), spec.behaviour, spec.variant));
     let unique = spec.unique_name(broker.configuration());
     let _step = step(|| format!("building the cell {unique}: its queues or topics, channels and producer"));
@@ -113,6 +113,7 @@ pub async fn build<B: CellBroker + ?Sized>(broker: &B, spec: CellSpec) -> Cell {
         None => None,
     };
     let producer = broker.producer(&plan);
+    let successor = successor(broker, &plan);
     CellParts {
         publish_topic: plan.names.publish_topic,
         subscription: plan.subscription,
@@ -122,18 +123,33 @@ pub async fn build<B: CellBroker + ?Sized>(broker: &B, spec: CellSpec) -> Cell {
         invalid,
         assertion: broker.assertion(),
         teardown: broker.teardown(created),
+        successor,
     }
     .into()
 }
 
+/// A fresh channel on the plan's subscription, made as the cell's was but assuming what the cell
+/// created (what a successor would create is the cell's, torn down with it).
+fn successor<B: CellBroker + ?Sized>(broker: &'static B, plan: &CellPlan) -> Successor {
+    let mut plan = plan.clone();
+    plan.subscription = plan.subscription.with_make_channels(MakeChannels::Assume);
+    Box::new(move || {
+        let plan = plan.clone();
+        Box::pin(async move {
+            let channel = broker.channel(&plan, &mut B::Created::default()).await;
+            Arc::new(Watched::new(channel)) as Arc<dyn Channel>
+        })
+    })
+}
+
 /// Every cell broker is its configuration's provider.
 #[async_trait]
-impl<B: CellBroker> Provider for B {
+impl<B: CellBroker + 'static> Provider for B {
     fn configuration(&self) -> &'static str {
         CellBroker::configuration(self)
     }
 
-    async fn cell(&self, spec: CellSpec) -> Cell {
+    async fn cell(&'static self, spec: CellSpec) -> Cell {
         build(self, spec).await
     }
 }

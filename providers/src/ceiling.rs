@@ -160,6 +160,10 @@ impl Channel for Watched {
         let _call = self.call(|| format!("the nack of {}", message.id()));
         self.inner.nack(message).await
     }
+    async fn close(&self) -> Result<(), ChannelError> {
+        let _call = self.call(|| "the close".to_owned());
+        self.inner.close().await
+    }
     fn counting(&self) -> Option<CountingReport> {
         self.inner.counting()
     }

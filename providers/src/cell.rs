@@ -73,6 +73,10 @@ impl CellSpec {
     }
 }
 
+/// Makes a fresh channel on the cell's subscription, creating nothing (the broker has it all):
+/// the consumer a restarted process would be.
+pub type Successor = Box<dyn Fn() -> std::pin::Pin<Box<dyn Future<Output = Arc<dyn Channel>> + Send>> + Send + Sync>;
+
 /// Releases what a provider created for a cell.
 #[async_trait]
 pub trait Teardown: Send + Sync {
@@ -90,6 +94,7 @@ pub struct CellParts {
     pub invalid: Option<Arc<dyn Channel>>,
     pub assertion: Arc<dyn MessageAssertion>,
     pub teardown: Option<Box<dyn Teardown>>,
+    pub successor: Successor,
 }
 
 pub struct Cell {
@@ -241,9 +246,21 @@ impl Cell {
         [first, again]
     }
 
-    /// Nothing arrives on the cell's channel for `window`: its messages are settled.
-    pub async fn assert_source_empty(&self, window: Duration) {
-        assert_empty(&*self.parts.channel, window, "is still on").await
+    /// The cell's messages are settled: the cell's channel is closed (what it holds unsettled
+    /// goes back to the broker, as when a consumer stops), then a fresh channel on the same
+    /// subscription receives nothing for `window`. Closing is what shows an unsettled message on
+    /// a broker without a lease, which leaves a delivery with the open channel holding it. The
+    /// cell's channel is not used afterwards.
+    pub async fn assert_source_settled(&self, window: Duration) {
+        let channel = &self.parts.channel;
+        let closing = step(|| format!("closing {}", channel.name()));
+        channel.close().await.unwrap_or_else(|e| panic!("closing {} failed: {e}", channel.name()));
+        drop(closing);
+        let opening = step(|| format!("a fresh channel on {}", channel.name()));
+        let fresh = (self.parts.successor)().await;
+        drop(opening);
+        assert_empty(&*fresh, window, "was left unsettled on").await;
+        fresh.close().await.unwrap_or_else(|e| panic!("closing the fresh {} failed: {e}", fresh.name()));
     }
 
     /// Nothing more arrives on the dead-letter channel for `window`: one copy was routed.
@@ -335,8 +352,8 @@ impl BlockingCell {
         block(self.cell.dead_letter_copy_twice(id, at_once))
     }
 
-    pub fn assert_source_empty(&self, window: Duration) {
-        block(self.cell.assert_source_empty(window))
+    pub fn assert_source_settled(&self, window: Duration) {
+        block(self.cell.assert_source_settled(window))
     }
 
     pub fn assert_dead_letter_empty(&self, window: Duration) {

@@ -101,4 +101,7 @@ impl<C: Channel> Channel for StaleRequeue<C> {
     async fn nack(&self, message: &Message) -> Result<(), ChannelError> {
         self.inner.nack(message).await
     }
+    async fn close(&self) -> Result<(), ChannelError> {
+        self.inner.close().await
+    }
 }

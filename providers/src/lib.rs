@@ -69,10 +69,11 @@ pub trait Provider: Send + Sync {
     fn configuration(&self) -> &'static str;
 
     /// The subscription, channels and producer of one cell, under names no other cell uses.
-    async fn cell(&self, spec: CellSpec) -> Cell;
+    /// `'static`: the cell keeps its provider, to make a successor channel (see `Cell::assert_source_settled`).
+    async fn cell(&'static self, spec: CellSpec) -> Cell;
 
     /// The same cell for a Reactor test, which must not itself run on a runtime.
-    fn blocking_cell(&self, spec: CellSpec) -> BlockingCell {
+    fn blocking_cell(&'static self, spec: CellSpec) -> BlockingCell {
         BlockingCell::new(gateway::blocking::runtime().block_on(self.cell(spec)))
     }
 }

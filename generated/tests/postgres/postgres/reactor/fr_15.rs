@@ -53,7 +53,7 @@ fn requeue_with_zero_delay_redelivers_at_once() {
         redelivered.header.handled_count = sent.header.handled_count;
         cell.assert_same(&sent, &redelivered);
         cell.channel().acknowledge(&redelivered).expect("acknowledge");
-        cell.assert_source_empty(SETTLE);
+        cell.assert_source_settled(SETTLE);
         cell.finish();
     })
 }

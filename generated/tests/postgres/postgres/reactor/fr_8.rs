@@ -46,7 +46,7 @@ fn rejected_copy_carries_the_rejection_metadata_and_stamped_count() {
             again.header.handled_count, STAMPED_COUNT,
             "the routed copy keeps its stamped handled count on a second dead-letter delivery"
         );
-        cell.assert_source_empty(SETTLE);
+        cell.assert_source_settled(SETTLE);
         cell.finish();
     })
 }

@@ -26,7 +26,7 @@ fn send_with_delay_delivers_not_before_the_delay() {
         assert!(waited >= DELAY, "delivered after {waited:?}, before the send delay of {DELAY:?}");
         cell.assert_first_delivery(&sent, &received);
         cell.channel().acknowledge(&received).expect("acknowledge");
-        cell.assert_source_empty(SETTLE);
+        cell.assert_source_settled(SETTLE);
         cell.finish();
     })
 }

@@ -45,7 +45,7 @@ fn reject_with_delivery_error_routes_to_the_dead_letter_channel() {
         assert_eq!(copy.body, sent.body, "the routed copy carries the body");
         // Exactly one copy is routed, and the source is settled: nothing comes back past its lease.
         cell.assert_dead_letter_empty(AT_ONCE).await;
-        cell.assert_source_empty(SETTLE).await;
+        cell.assert_source_settled(SETTLE).await;
         cell.finish().await;
     })
 }

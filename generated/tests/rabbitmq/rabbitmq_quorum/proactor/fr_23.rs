@@ -56,7 +56,7 @@ fn always_deferring_handler_is_dead_lettered_within_the_budget() {
         let stats = pump.stop().await.expect("the pump stops within its limit");
         assert_eq!(stats.rejected, 1, "the pump rejected one message: {stats:?}");
         // The source is settled: nothing comes back past the lease.
-        cell.assert_source_empty(SETTLE).await;
+        cell.assert_source_settled(SETTLE).await;
         cell.finish().await;
     })
 }

@@ -49,7 +49,7 @@ fn nack_redelivers() {
         redelivered.header.handled_count = sent.header.handled_count;
         cell.assert_same(&sent, &redelivered);
         cell.channel().acknowledge(&redelivered).await.expect("acknowledge");
-        cell.assert_source_empty(SETTLE).await;
+        cell.assert_source_settled(SETTLE).await;
         cell.finish().await;
     })
 }

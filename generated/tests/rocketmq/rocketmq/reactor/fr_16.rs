@@ -49,7 +49,7 @@ fn nack_redelivers() {
         redelivered.header.handled_count = sent.header.handled_count;
         cell.assert_same(&sent, &redelivered);
         cell.channel().acknowledge(&redelivered).expect("acknowledge");
-        cell.assert_source_empty(SETTLE);
+        cell.assert_source_settled(SETTLE);
         cell.finish();
     })
 }

@@ -56,7 +56,7 @@ fn requeue_with_delay_redelivers_not_before_the_delay() {
         redelivered.header.handled_count = sent.header.handled_count;
         cell.assert_same(&sent, &redelivered);
         cell.channel().acknowledge(&redelivered).expect("acknowledge");
-        cell.assert_source_empty(SETTLE);
+        cell.assert_source_settled(SETTLE);
         cell.finish();
     })
 }
