@@ -31,6 +31,26 @@ public class KafkaLauncher {
         String port = args[1], controller = args[2];
         deleteTree(work);
         Files.createDirectories(work.resolve("data"));
+        Properties props = loopback(work, port, controller);
+        Path config = work.resolve("server.properties");
+        try (FileOutputStream out = new FileOutputStream(config.toFile())) {
+            props.store(out, "conformance KRaft node");
+        }
+        format(config, Uuid.randomUuid().toString());
+        KafkaRaftServer server = new KafkaRaftServer(KafkaConfig.fromProps(props, false), Time.SYSTEM);
+        Runtime.getRuntime().addShutdownHook(new Thread(() -> stop(server, work)));
+        server.startup();
+        System.out.println("kafka ready 127.0.0.1:" + port);
+        System.out.flush();
+        // The lifeline: the test binary holds our stdin; it closes when the binary ends.
+        InputStream in = System.in;
+        byte[] buffer = new byte[256];
+        while (in.read(buffer) >= 0) { }
+        System.exit(0); // the shutdown hook stops the node and deletes the folder
+    }
+
+    /** The local node: loopback only, on the ports the test binary picked, tuned for tests. */
+    private static Properties loopback(Path work, String port, String controller) {
         Properties props = new Properties();
         props.setProperty("process.roles", "broker,controller");
         props.setProperty("node.id", "1");
@@ -52,21 +72,7 @@ public class KafkaLauncher {
         // Topics are created explicitly (the gateway's make-channels); none appears by a typo.
         props.setProperty("auto.create.topics.enable", "false");
         props.setProperty("log.flush.interval.messages", "9223372036854775807");
-        Path config = work.resolve("server.properties");
-        try (FileOutputStream out = new FileOutputStream(config.toFile())) {
-            props.store(out, "conformance KRaft node");
-        }
-        format(config, Uuid.randomUuid().toString());
-        KafkaRaftServer server = new KafkaRaftServer(KafkaConfig.fromProps(props, false), Time.SYSTEM);
-        Runtime.getRuntime().addShutdownHook(new Thread(() -> stop(server, work)));
-        server.startup();
-        System.out.println("kafka ready 127.0.0.1:" + port);
-        System.out.flush();
-        // The lifeline: the test binary holds our stdin; it closes when the binary ends.
-        InputStream in = System.in;
-        byte[] buffer = new byte[256];
-        while (in.read(buffer) >= 0) { }
-        System.exit(0); // the shutdown hook stops the node and deletes the folder
+        return props;
     }
 
     private static synchronized void stop(KafkaRaftServer server, Path work) {
