@@ -51,7 +51,7 @@ pub enum Unusable {
     NoDaemon(BollardError),
     #[error("no Docker daemon answered within {0:?}")]
     NoAnswer(Duration),
-    #[error("image {image} is not in the engine (pull it{})", pull_hint(.stand_in))]
+    #[error("image {image} is not in the engine ({})", pull_hint(.image, .stand_in))]
     ImageMissing { image: ImageRef, stand_in: Option<&'static str> },
 }
 
@@ -62,7 +62,7 @@ pub enum ContainerError {
         "the {name} (image {image}) did not start: {error}; is a Docker daemon running, and is the image \
          present or pullable? Set {} to a mirror{}",
         .image.variable,
-        start_hint(.stand_in)
+        start_hint(.image, .stand_in)
     )]
     DidNotStart { name: &'static str, image: ImageRef, stand_in: Option<&'static str>, error: Box<TestcontainersError> },
     #[error("the {name} {id} has no port mapped for {port}: {error}")]
@@ -82,12 +82,24 @@ pub enum Death {
     WaitEnded,
 }
 
-fn pull_hint(stand_in: &Option<&'static str>) -> String {
-    stand_in.map(|how| format!(", or build the stand-in with {how}")).unwrap_or_default()
+/// What to do about a missing image: pull it, or build its stand-in (and name it).
+fn pull_hint(image: &ImageRef, stand_in: &Option<&'static str>) -> String {
+    match stand_in {
+        Some(name) if image.to_string() == *name => format!("build it with {BUILD_STAND_INS}"),
+        Some(name) => {
+            format!("pull it, or build the stand-in {name} with {BUILD_STAND_INS} and set {} to it", image.variable)
+        }
+        None => "pull it".to_owned(),
+    }
 }
 
-fn start_hint(stand_in: &Option<&'static str>) -> String {
-    stand_in.map(|how| format!(" or to the stand-in built by {how}")).unwrap_or_default()
+/// What else the image variable may name, after "a mirror".
+fn start_hint(image: &ImageRef, stand_in: &Option<&'static str>) -> String {
+    match stand_in {
+        Some(name) if image.to_string() == *name => format!(", or build it with {BUILD_STAND_INS}"),
+        Some(name) => format!(" or to the stand-in {name}, which {BUILD_STAND_INS} builds"),
+        None => String::new(),
+    }
 }
 
 /// Runs `future` on the gateway's runtime from a plain thread, so callers on or off a runtime
@@ -113,22 +125,27 @@ pub fn usable(image: &ImageRef) -> Result<(), Unusable> {
     })
 }
 
-/// How to build a stand-in for `image`: every transport's broker has one.
+/// The command that builds every stand-in.
+const BUILD_STAND_INS: &str = "`cargo xtask brokers images`";
+
+/// Each image variable's stand-in, the image `cargo xtask brokers images` builds for it (the very
+/// names xtask/src/images.rs builds; xtask/tests/tidy.rs checks). Spelled out here: the
+/// transports' modules, which define the variables, are each behind a feature.
+const STAND_INS: [(&str, &str); 8] = [
+    ("CONFORMANCE_PUBSUB_IMAGE", "localhost/conformance-pstest:pubsub-v2.9.0"),
+    ("CONFORMANCE_LOCALSTACK_IMAGE", "localhost/conformance-moto:5.2.5"),
+    ("CONFORMANCE_ROCKETMQ_IMAGE", "localhost/conformance-rocketmq:5.3.3"),
+    ("CONFORMANCE_REDIS_IMAGE", "localhost/conformance-redis:7.0.15"),
+    ("CONFORMANCE_POSTGRES_IMAGE", "localhost/conformance-postgres:15"),
+    ("CONFORMANCE_MQTT_IMAGE", "localhost/conformance-mosquitto:2.0.11"),
+    ("CONFORMANCE_RABBITMQ_IMAGE", "localhost/conformance-rabbitmq:3.10.8"),
+    ("CONFORMANCE_KAFKA_IMAGE", "localhost/conformance-kafka:3.9.0"),
+];
+
+/// The stand-in for `image`: every transport's broker has one. By the variable, not the image:
+/// whatever it names (the upstream image, a mirror), its stand-in is the one `brokers images` builds.
 fn stand_in(image: &ImageRef) -> Option<&'static str> {
-    // The variable, not the image: whatever it names, its stand-in is the one `brokers images` builds.
-    // Spelled out: the transports' modules, which define them, are each behind a feature.
-    [
-        "CONFORMANCE_PUBSUB_IMAGE",
-        "CONFORMANCE_LOCALSTACK_IMAGE",
-        "CONFORMANCE_ROCKETMQ_IMAGE",
-        "CONFORMANCE_REDIS_IMAGE",
-        "CONFORMANCE_POSTGRES_IMAGE",
-        "CONFORMANCE_MQTT_IMAGE",
-        "CONFORMANCE_RABBITMQ_IMAGE",
-        "CONFORMANCE_KAFKA_IMAGE",
-    ]
-    .contains(&image.variable)
-    .then_some("`cargo xtask brokers images`")
+    STAND_INS.iter().find(|(variable, _)| *variable == image.variable).map(|(_, name)| *name)
 }
 
 /// Publishes `ports` on 127.0.0.1 only, on ports the engine picks: like a local process, a broker
@@ -421,5 +438,46 @@ mod exit_hook {
             Some(())
         });
         let _ = removal.join();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_image_says_which_stand_in_to_build_and_how_to_use_it() {
+        let missing = |variable, value| {
+            let image = ImageRef::parse(variable, value).unwrap();
+            Unusable::ImageMissing { stand_in: stand_in(&image), image }.to_string()
+        };
+        assert_eq!(
+            missing("CONFORMANCE_KAFKA_IMAGE", "apache/kafka:3.9.0"),
+            "image apache/kafka:3.9.0 is not in the engine (pull it, or build the stand-in \
+             localhost/conformance-kafka:3.9.0 with `cargo xtask brokers images` and set CONFORMANCE_KAFKA_IMAGE to it)"
+        );
+        assert_eq!(
+            missing("CONFORMANCE_ROCKETMQ_IMAGE", "localhost/conformance-rocketmq:5.3.3"),
+            "image localhost/conformance-rocketmq:5.3.3 is not in the engine (build it with `cargo xtask brokers images`)"
+        );
+        assert_eq!(missing("CONFORMANCE_OTHER_IMAGE", "other:1"), "image other:1 is not in the engine (pull it)");
+    }
+
+    #[test]
+    fn a_container_that_does_not_start_names_the_stand_in_its_variable_may_name() {
+        let image = ImageRef::parse("CONFORMANCE_REDIS_IMAGE", "redis:7.0.15").unwrap();
+        let error = ContainerError::DidNotStart {
+            name: "Redis container",
+            stand_in: stand_in(&image),
+            image,
+            error: Box::new(TestcontainersError::other("no such image")),
+        };
+        assert!(
+            error.to_string().ends_with(
+                "Set CONFORMANCE_REDIS_IMAGE to a mirror or to the stand-in localhost/conformance-redis:7.0.15, which \
+                 `cargo xtask brokers images` builds"
+            ),
+            "{error}"
+        );
     }
 }
