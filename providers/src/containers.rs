@@ -51,7 +51,7 @@ pub enum Unusable {
     NoDaemon(BollardError),
     #[error("no Docker daemon answered within {0:?}")]
     NoAnswer(Duration),
-    #[error("image {image} is not in the engine (pull it{})", pull_hint(.stand_in))]
+    #[error("image {image} is not in the engine ({})", pull_hint(.image, .stand_in))]
     ImageMissing { image: ImageRef, stand_in: Option<&'static str> },
 }
 
@@ -62,7 +62,7 @@ pub enum ContainerError {
         "the {name} (image {image}) did not start: {error}; is a Docker daemon running, and is the image \
          present or pullable? Set {} to a mirror{}",
         .image.variable,
-        start_hint(.stand_in)
+        start_hint(.image, .stand_in)
     )]
     DidNotStart { name: &'static str, image: ImageRef, stand_in: Option<&'static str>, error: Box<TestcontainersError> },
     #[error("the {name} {id} has no port mapped for {port}: {error}")]
@@ -82,12 +82,24 @@ pub enum Death {
     WaitEnded,
 }
 
-fn pull_hint(stand_in: &Option<&'static str>) -> String {
-    stand_in.map(|how| format!(", or build the stand-in with {how}")).unwrap_or_default()
+/// What to do about a missing image: pull it, or build its stand-in (and name it).
+fn pull_hint(image: &ImageRef, stand_in: &Option<&'static str>) -> String {
+    match stand_in {
+        Some(name) if image.to_string() == *name => format!("build it with {BUILD_STAND_INS}"),
+        Some(name) => {
+            format!("pull it, or build the stand-in {name} with {BUILD_STAND_INS} and set {} to it", image.variable)
+        }
+        None => "pull it".to_owned(),
+    }
 }
 
-fn start_hint(stand_in: &Option<&'static str>) -> String {
-    stand_in.map(|how| format!(" or to the stand-in built by {how}")).unwrap_or_default()
+/// What else the image variable may name, after "a mirror".
+fn start_hint(image: &ImageRef, stand_in: &Option<&'static str>) -> String {
+    match stand_in {
+        Some(name) if image.to_string() == *name => format!(", or build it with {BUILD_STAND_INS}"),
+        Some(name) => format!(" or to the stand-in {name}, which {BUILD_STAND_INS} builds"),
+        None => String::new(),
+    }
 }
 
 /// Runs `future` on the gateway's runtime from a plain thread, so callers on or off a runtime
@@ -113,13 +125,27 @@ pub fn usable(image: &ImageRef) -> Result<(), Unusable> {
     })
 }
 
-/// How to build a stand-in for `image`: every transport's broker has one.
+/// The command that builds every stand-in.
+const BUILD_STAND_INS: &str = "`cargo xtask brokers images`";
+
+/// Each image variable's stand-in, the image `cargo xtask brokers images` builds for it (the very
+/// names xtask/src/images.rs builds; xtask/tests/tidy.rs checks). Spelled out here: the
+/// transports' modules, which define the variables, are each behind a feature.
+const STAND_INS: [(&str, &str); 8] = [
+    ("CONFORMANCE_PUBSUB_IMAGE", "localhost/conformance-pstest:pubsub-v2.9.0"),
+    ("CONFORMANCE_LOCALSTACK_IMAGE", "localhost/conformance-moto:5.2.5"),
+    ("CONFORMANCE_ROCKETMQ_IMAGE", "localhost/conformance-rocketmq:5.3.3"),
+    ("CONFORMANCE_REDIS_IMAGE", "localhost/conformance-redis:7.0.15"),
+    ("CONFORMANCE_POSTGRES_IMAGE", "localhost/conformance-postgres:15"),
+    ("CONFORMANCE_MQTT_IMAGE", "localhost/conformance-mosquitto:2.0.11"),
+    ("CONFORMANCE_RABBITMQ_IMAGE", "localhost/conformance-rabbitmq:3.10.8"),
+    ("CONFORMANCE_KAFKA_IMAGE", "localhost/conformance-kafka:3.9.0"),
+];
+
+/// The stand-in for `image`: every transport's broker has one. By the variable, not the image:
+/// whatever it names (the upstream image, a mirror), its stand-in is the one `brokers images` builds.
 fn stand_in(image: &ImageRef) -> Option<&'static str> {
-    // The variable, not the image: whatever it names, its stand-in is the one `brokers images` builds.
-    // Spelled out: the transports' modules, which define them, are each behind a feature.
-    ["CONFORMANCE_PUBSUB_IMAGE", "CONFORMANCE_LOCALSTACK_IMAGE", "CONFORMANCE_ROCKETMQ_IMAGE"]
-        .contains(&image.variable)
-        .then_some("`cargo xtask brokers images`")
+    STAND_INS.iter().find(|(variable, _)| *variable == image.variable).map(|(_, name)| *name)
 }
 
 /// Publishes `ports` on 127.0.0.1 only, on ports the engine picks: like a local process, a broker
@@ -224,6 +250,118 @@ pub fn rocketmq(image: &ImageRef) -> Result<BrokerContainer, ContainerError> {
     })
 }
 
+/// Redis (for Redis Streams) through testcontainers-modules' `Redis`: the official image's
+/// interface, port 6379 and "Ready to accept connections" on stdout, which the stand-in honours.
+#[cfg(feature = "redis")]
+pub fn redis(image: &ImageRef) -> Result<BrokerContainer, ContainerError> {
+    use testcontainers_modules::redis::{Redis, REDIS_PORT};
+    let request = Redis::default().with_name(&image.name).with_tag(&image.tag);
+    let image = image.clone();
+    on_runtime(async move { start("redis", "Redis container", request, &image, Reach::Published(&[REDIS_PORT])).await })
+}
+
+/// The port PostgreSQL listens on in its container (the official image's).
+pub const POSTGRES_PORT: u16 = 5432;
+
+/// PostgreSQL through testcontainers-modules' `Postgres`: the official image's variables, with the
+/// provider's one user trusted (the port is on 127.0.0.1 only) and the database `postgres`, so the
+/// connection string is the local cluster's; the server's options are the local launcher's (no
+/// fsync, and room for a connection per channel of every cell at once).
+#[cfg(feature = "postgres")]
+pub fn postgres(image: &ImageRef) -> Result<BrokerContainer, ContainerError> {
+    use testcontainers_modules::postgres::Postgres;
+    let options = ["fsync=off", "synchronous_commit=off", "full_page_writes=off", "max_connections=500"];
+    let request = Postgres::default()
+        .with_user(crate::postgres::USER)
+        .with_db_name("postgres")
+        .with_host_auth()
+        .with_name(&image.name)
+        .with_tag(&image.tag)
+        .with_cmd(options.iter().flat_map(|option| ["-c", option]));
+    let image = image.clone();
+    on_runtime(async move {
+        start("postgres", "PostgreSQL container", request, &image, Reach::Published(&[POSTGRES_PORT])).await
+    })
+}
+
+/// The port mosquitto listens on in its container (the official image's).
+pub const MQTT_PORT: u16 = 1883;
+
+/// mosquitto through testcontainers-modules' `Mosquitto`: the official image started with its
+/// `/mosquitto-no-auth.conf` (anonymous clients on 1883). The module waits for "mosquitto version
+/// 2.0.18 running", its own tag's version, which any other version (the pinned 2.0.11, Debian's in
+/// the stand-in) never prints: this waits for the part of that line every version prints.
+#[cfg(feature = "mqtt")]
+pub fn mqtt(image: &ImageRef) -> Result<BrokerContainer, ContainerError> {
+    use testcontainers_modules::mosquitto::Mosquitto;
+    use testcontainers_modules::testcontainers::core::WaitFor;
+    let request = Mosquitto::default()
+        .with_name(&image.name)
+        .with_tag(&image.tag)
+        .with_ready_conditions(vec![WaitFor::message_on_stderr(" running")]);
+    let image = image.clone();
+    on_runtime(
+        async move { start("mqtt", "mosquitto container", request, &image, Reach::Published(&[MQTT_PORT])).await },
+    )
+}
+
+/// The port RabbitMQ takes AMQP on in its container (the official image's).
+pub const AMQP_PORT: u16 = 5672;
+
+/// RabbitMQ through testcontainers-modules' `RabbitMq`: the official `-management` image (its
+/// ready line counts that image's four plugins), guest allowed from the published port.
+#[cfg(feature = "rabbitmq")]
+pub fn rabbitmq(image: &ImageRef) -> Result<BrokerContainer, ContainerError> {
+    use testcontainers_modules::rabbitmq::RabbitMq;
+    let request = RabbitMq::default().with_name(&image.name).with_tag(&image.tag);
+    let image = image.clone();
+    on_runtime(
+        async move { start("rabbitmq", "RabbitMQ container", request, &image, Reach::Published(&[AMQP_PORT])).await },
+    )
+}
+
+/// The port Kafka's clients connect to in its container (testcontainers-modules'
+/// `apache::KAFKA_PORT`).
+pub const KAFKA_PORT: u16 = 9092;
+
+/// One Kafka KRaft node through testcontainers-modules' `apache::Kafka` on the JVM image: the
+/// configuration is the environment: the module's, the controller's listener moved to localhost, and the local
+/// launcher's tuning (one partition, no initial rebalance delay, short group sessions, no topic
+/// made by a typo).
+///
+/// Behind a published port, not on the host network: a Kafka client connects to the address the
+/// broker advertises, and the module advertises the host-mapped one: once the container runs (and
+/// its port is mapped), it writes the start script that exports `KAFKA_ADVERTISED_LISTENERS` with
+/// `127.0.0.1:<mapped port>`, then waits for "Kafka Server started". So the broker stays on a
+/// port the engine picks, on 127.0.0.1 only, and its fixed in-container ports (the inter-broker
+/// 9093, the controller's 9094) cannot collide with another binary's, as on the host network.
+#[cfg(feature = "kafka")]
+pub fn kafka(image: &ImageRef) -> Result<BrokerContainer, ContainerError> {
+    use testcontainers_modules::kafka::apache::Kafka;
+    let tuning = [
+        // The module's listeners but the controller's, on localhost instead of 0.0.0.0: Kafka
+        // 3.9.0 advertises the controller listener as bound and refuses a non-routable address
+        // ("advertised.listeners cannot use the nonroutable meta-address 0.0.0.0"); the
+        // controller is reached from inside the container only (the module's quorum voter is
+        // localhost:9094).
+        ("KAFKA_LISTENERS", "PLAINTEXT://0.0.0.0:9092,BROKER://0.0.0.0:9093,CONTROLLER://localhost:9094"),
+        ("KAFKA_NUM_PARTITIONS", "1"),
+        ("KAFKA_OFFSETS_TOPIC_NUM_PARTITIONS", "1"),
+        ("KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR", "1"),
+        ("KAFKA_TRANSACTION_STATE_LOG_MIN_ISR", "1"),
+        ("KAFKA_GROUP_INITIAL_REBALANCE_DELAY_MS", "0"),
+        ("KAFKA_GROUP_MIN_SESSION_TIMEOUT_MS", "1000"),
+        ("KAFKA_AUTO_CREATE_TOPICS_ENABLE", "false"),
+        ("KAFKA_HEAP_OPTS", "-Xms128m -Xmx512m"),
+    ];
+    let mut request = Kafka::default().with_jvm_image().with_name(&image.name).with_tag(&image.tag);
+    for (name, value) in tuning {
+        request = request.with_env_var(name, value);
+    }
+    let image = image.clone();
+    on_runtime(async move { start("kafka", "Kafka container", request, &image, Reach::Published(&[KAFKA_PORT])).await })
+}
+
 /// Stops the test binary when the broker container stops while the binary still runs: every cell
 /// after that would fail for the broker's sake, not the gateway's, and a binary that ends without
 /// libtest's summary leaves the ledger untouched.
@@ -300,5 +438,46 @@ mod exit_hook {
             Some(())
         });
         let _ = removal.join();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_image_says_which_stand_in_to_build_and_how_to_use_it() {
+        let missing = |variable, value| {
+            let image = ImageRef::parse(variable, value).unwrap();
+            Unusable::ImageMissing { stand_in: stand_in(&image), image }.to_string()
+        };
+        assert_eq!(
+            missing("CONFORMANCE_KAFKA_IMAGE", "apache/kafka:3.9.0"),
+            "image apache/kafka:3.9.0 is not in the engine (pull it, or build the stand-in \
+             localhost/conformance-kafka:3.9.0 with `cargo xtask brokers images` and set CONFORMANCE_KAFKA_IMAGE to it)"
+        );
+        assert_eq!(
+            missing("CONFORMANCE_ROCKETMQ_IMAGE", "localhost/conformance-rocketmq:5.3.3"),
+            "image localhost/conformance-rocketmq:5.3.3 is not in the engine (build it with `cargo xtask brokers images`)"
+        );
+        assert_eq!(missing("CONFORMANCE_OTHER_IMAGE", "other:1"), "image other:1 is not in the engine (pull it)");
+    }
+
+    #[test]
+    fn a_container_that_does_not_start_names_the_stand_in_its_variable_may_name() {
+        let image = ImageRef::parse("CONFORMANCE_REDIS_IMAGE", "redis:7.0.15").unwrap();
+        let error = ContainerError::DidNotStart {
+            name: "Redis container",
+            stand_in: stand_in(&image),
+            image,
+            error: Box::new(TestcontainersError::other("no such image")),
+        };
+        assert!(
+            error.to_string().ends_with(
+                "Set CONFORMANCE_REDIS_IMAGE to a mirror or to the stand-in localhost/conformance-redis:7.0.15, which \
+                 `cargo xtask brokers images` builds"
+            ),
+            "{error}"
+        );
     }
 }

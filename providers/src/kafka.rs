@@ -3,8 +3,11 @@
 //!
 //! The broker, once per test binary, from the source `source::start` picks: the cluster in
 //! `KAFKA_BOOTSTRAP_SERVERS`, or one KRaft node (combined controller and broker) in a local JVM,
-//! from the jars and launcher `cargo xtask brokers install kafka` puts under `.brokers/kafka`.
-//! No container definition yet.
+//! from the jars and launcher `cargo xtask brokers install kafka` puts under `.brokers/kafka`;
+//! or a container (`containers::kafka`, testcontainers-modules' `apache::Kafka`) of
+//! [`KAFKA_IMAGE`], or of the stand-in `cargo xtask brokers images` builds
+//! (`localhost/conformance-kafka:3.9.0`: the same jars and launcher on Debian's JRE) through
+//! `CONFORMANCE_KAFKA_IMAGE`.
 
 use std::process::Command;
 use std::sync::{Arc, OnceLock};
@@ -54,7 +57,9 @@ fn start_local() -> Result<LocalProcess, LocalError> {
     local::start("kafka", "kafka", command, port, "kafka ready", Duration::from_secs(120))
 }
 
-/// The container image: none is proven here; overridable, like every image, for a mirror.
+/// The image the container source runs: Apache's JVM image at the pinned version, the one
+/// testcontainers-modules' `apache::Kafka` starts with `with_jvm_image`; overridable, like every
+/// image, for a mirror or the stand-in.
 pub const KAFKA_IMAGE: &str = "apache/kafka:3.9.0";
 pub const KAFKA_IMAGE_VARIABLE: &str = "CONFORMANCE_KAFKA_IMAGE";
 
@@ -65,7 +70,7 @@ fn definition() -> Definition {
         endpoint_variable: "KAFKA_BOOTSTRAP_SERVERS",
         image: ImageRef::from_environment("kafka", KAFKA_IMAGE_VARIABLE, KAFKA_IMAGE),
         #[cfg(feature = "containers")]
-        container: None,
+        container: Some(crate::containers::kafka),
         local: start_local,
     }
 }

@@ -4,7 +4,9 @@
 //! `MQTT_BROKER` (`host:port`), or a local mosquitto (Debian's package, `cargo xtask brokers
 //! install mqtt`) behind `providers/brokers/mosquitto/launcher.sh`, which writes its
 //! configuration in a temporary folder, listens on a free loopback port and stops with the
-//! binary. No container definition yet.
+//! binary; or a container (`containers::mqtt`, testcontainers-modules' `Mosquitto`) of
+//! [`MQTT_IMAGE`], or of the stand-in `cargo xtask brokers images` builds
+//! (`localhost/conformance-mosquitto:2.0.11`, Debian's mosquitto) through `CONFORMANCE_MQTT_IMAGE`.
 
 use std::path::Path;
 use std::process::Command;
@@ -46,7 +48,8 @@ fn start_local() -> Result<LocalProcess, LocalError> {
     local::start("mosquitto", "mqtt", command, port, "mosquitto ready", Duration::from_secs(30))
 }
 
-/// The image a container definition would use (none yet): Eclipse's, overridable for a mirror.
+/// The image the container source runs: Eclipse's, at Debian 12's version (the local broker's),
+/// started as testcontainers-modules' `Mosquitto` starts it; overridable for a mirror or the stand-in.
 pub const MQTT_IMAGE: &str = "eclipse-mosquitto:2.0.11";
 pub const MQTT_IMAGE_VARIABLE: &str = "CONFORMANCE_MQTT_IMAGE";
 
@@ -57,7 +60,7 @@ fn definition() -> Definition {
         endpoint_variable: "MQTT_BROKER",
         image: ImageRef::from_environment("mqtt", MQTT_IMAGE_VARIABLE, MQTT_IMAGE),
         #[cfg(feature = "containers")]
-        container: None,
+        container: Some(crate::containers::mqtt),
         local: start_local,
     }
 }

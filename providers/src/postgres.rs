@@ -5,7 +5,11 @@
 //! string in `DATABASE_URL`, or a cluster of the binary's own: `initdb` into a temporary folder
 //! and `postgres` on a free loopback port, behind `providers/brokers/postgres/launcher.sh`, from
 //! the Debian package `cargo xtask brokers install postgres` installs (never the system's
-//! service). No container definition yet.
+//! service); or a container (`containers::postgres`, testcontainers-modules' `Postgres`) of
+//! [`POSTGRES_IMAGE`], or of the stand-in `cargo xtask brokers images` builds
+//! (`localhost/conformance-postgres:15`, Debian's postgresql-15 behind an entrypoint honouring the
+//! official image's interface) through `CONFORMANCE_POSTGRES_IMAGE`. Either way the database
+//! trusts the one user `USER` (reachable on 127.0.0.1 only), so the connection string has the same shape.
 
 use std::path::Path;
 use std::process::Command;
@@ -28,7 +32,7 @@ pub const LEASE: Duration = Duration::from_secs(8);
 /// Where the Debian package postgresql-15 puts the server and initdb.
 pub const POSTGRES_BIN: &str = "/usr/lib/postgresql/15/bin";
 /// The one user of the binary's own cluster (trusted, loopback only).
-const USER: &str = "conformance";
+pub(crate) const USER: &str = "conformance";
 
 struct Broker {
     connection: PostgresConnection,
@@ -57,7 +61,8 @@ fn start_local() -> Result<LocalProcess, LocalError> {
     local::start("postgres", "postgres", command, port, "postgres ready", Duration::from_secs(90))
 }
 
-/// The image a container definition would run: the official one, overridable for a mirror.
+/// The image the container source runs: the official one, for which testcontainers-modules'
+/// `Postgres` is made; overridable for a mirror or the stand-in.
 pub const POSTGRES_IMAGE: &str = "postgres:15";
 pub const POSTGRES_IMAGE_VARIABLE: &str = "CONFORMANCE_POSTGRES_IMAGE";
 
@@ -68,7 +73,7 @@ fn definition() -> Definition {
         endpoint_variable: "DATABASE_URL",
         image: ImageRef::from_environment("postgres", POSTGRES_IMAGE_VARIABLE, POSTGRES_IMAGE),
         #[cfg(feature = "containers")]
-        container: None,
+        container: Some(crate::containers::postgres),
         local: start_local,
     }
 }

@@ -5,7 +5,11 @@
 //! `AMQP_URL`, or a project-owned node of Debian's rabbitmq-server (`cargo xtask brokers install
 //! rabbitmq`) behind `providers/brokers/rabbitmq/launcher.sh`: its own folder, epmd and cookie,
 //! on free loopback ports, gone (folder included) when the binary exits. Never the system service.
-//! No container definition yet.
+//! Or a container (`containers::rabbitmq`, testcontainers-modules' `RabbitMq`) of
+//! [`RABBITMQ_IMAGE`], or of the stand-in `cargo xtask brokers images` builds
+//! (`localhost/conformance-rabbitmq:3.10.8`, Debian's rabbitmq-server) through
+//! `CONFORMANCE_RABBITMQ_IMAGE`. The node's name is `rabbit@<the container's hostname>`, fixed for
+//! the container's life, which is all quorum queues need of it (both configurations pass there).
 
 use std::process::Command;
 use std::sync::{Arc, OnceLock};
@@ -64,8 +68,10 @@ fn start_local() -> Result<LocalProcess, LocalError> {
     local::start("rabbitmq", "rabbitmq", command, amqp, "ready", Duration::from_secs(120))
 }
 
-/// Not used by any source yet (no container definition); overridable like every image.
-pub const RABBITMQ_IMAGE: &str = "docker.io/library/rabbitmq:3.10";
+/// The image the container source runs: the official one at Debian 12's version (the local
+/// node's), in its `-management` variant, the one testcontainers-modules' `RabbitMq` is made for
+/// (its ready line counts that variant's four plugins); overridable for a mirror or the stand-in.
+pub const RABBITMQ_IMAGE: &str = "rabbitmq:3.10.8-management";
 pub const RABBITMQ_IMAGE_VARIABLE: &str = "CONFORMANCE_RABBITMQ_IMAGE";
 
 /// The RabbitMQ broker in each source (chosen by `source::start`).
@@ -75,7 +81,7 @@ fn definition() -> Definition {
         endpoint_variable: "AMQP_URL",
         image: ImageRef::from_environment("rabbitmq", RABBITMQ_IMAGE_VARIABLE, RABBITMQ_IMAGE),
         #[cfg(feature = "containers")]
-        container: None,
+        container: Some(crate::containers::rabbitmq),
         local: start_local,
     }
 }

@@ -5,8 +5,10 @@
 //! `REDIS_URL` (`redis://host:port`), or Debian's redis-server (`cargo xtask brokers install
 //! redis`) as a project-owned local process behind `providers/brokers/redis/launcher.sh`: a free
 //! loopback port, no persistence (`--save "" --appendonly no`), a work dir of its own under
-//! `.brokers/redis/run`, stopped and deleted when the binary ends. No container definition: no
-//! image can be pulled here to prove one against.
+//! `.brokers/redis/run`, stopped and deleted when the binary ends; or a container
+//! (`containers::redis`, testcontainers-modules' `Redis`) of [`REDIS_IMAGE`], or of the stand-in
+//! `cargo xtask brokers images` builds (`localhost/conformance-redis:7.0.15`, Debian's
+//! redis-server) through `CONFORMANCE_REDIS_IMAGE`.
 
 use std::path::Path;
 use std::process::Command;
@@ -50,8 +52,8 @@ fn start_local() -> Result<LocalProcess, LocalError> {
     local::start("redis-server", "redis", command, port, "redis ready", Duration::from_secs(30))
 }
 
-/// The image a container source would run (none is defined: see the module's comment);
-/// overridable, like every image, for a mirror.
+/// The image the container source runs: the official one, for which testcontainers-modules'
+/// `Redis` is made; overridable, like every image, for a mirror or the stand-in.
 pub const REDIS_IMAGE: &str = "redis:7.0.15";
 pub const REDIS_IMAGE_VARIABLE: &str = "CONFORMANCE_REDIS_IMAGE";
 
@@ -61,7 +63,7 @@ fn definition() -> Definition {
         endpoint_variable: "REDIS_URL",
         image: ImageRef::from_environment("redis", REDIS_IMAGE_VARIABLE, REDIS_IMAGE),
         #[cfg(feature = "containers")]
-        container: None,
+        container: Some(crate::containers::redis),
         local: start_local,
     }
 }

@@ -5,7 +5,13 @@
 //! - a Debian base, `localhost/conformance-base:bookworm`, imported from a `debootstrap
 //!   --variant=minbase` root file system (no registry needed: only Debian's mirror);
 //! - on it, sqs: moto (the reference implementation) in a virtualenv, answering as LocalStack
-//!   does on port 4566; rocketmq: the Apache RocketMQ jars and launcher with Debian's JRE.
+//!   does on port 4566; rocketmq: the Apache RocketMQ jars and launcher with Debian's JRE;
+//! - and the brokers Debian packages, each honouring the interface testcontainers-modules' module
+//!   expects of the official image, so the same container definition runs either: redis
+//!   (redis-server), postgres (postgresql-15 behind an entrypoint of the project's), mqtt
+//!   (mosquitto), rabbitmq (rabbitmq-server with the management image's plugins); and kafka: the
+//!   Kafka jars and the project's launcher with Debian's JRE, started as the apache/kafka image
+//!   starts its broker.
 //!
 //! Each image is labelled with a digest of its inputs (its build context, and its base image's
 //! id), and rebuilt only when they change. Builds that install packages use the host network,
@@ -33,6 +39,17 @@ pub const SQS_STAND_IN: &str = "localhost/conformance-moto:5.2.5";
 /// The RocketMQ image (Apache RocketMQ 5.3.3, as pinned in providers/brokers/rocketmq/pom.xml):
 /// the default of the rocketmq container source (providers::rocketmq::ROCKETMQ_IMAGE).
 pub const ROCKETMQ_STAND_IN: &str = "localhost/conformance-rocketmq:5.3.3";
+/// The Redis stand-in (Debian 12's redis-server), used through CONFORMANCE_REDIS_IMAGE.
+pub const REDIS_STAND_IN: &str = "localhost/conformance-redis:7.0.15";
+/// The PostgreSQL stand-in (Debian 12's postgresql-15), used through CONFORMANCE_POSTGRES_IMAGE.
+pub const POSTGRES_STAND_IN: &str = "localhost/conformance-postgres:15";
+/// The MQTT stand-in (Debian 12's mosquitto), used through CONFORMANCE_MQTT_IMAGE.
+pub const MQTT_STAND_IN: &str = "localhost/conformance-mosquitto:2.0.11";
+/// The RabbitMQ stand-in (Debian 12's rabbitmq-server), used through CONFORMANCE_RABBITMQ_IMAGE.
+pub const RABBITMQ_STAND_IN: &str = "localhost/conformance-rabbitmq:3.10.8";
+/// The Kafka stand-in (Apache Kafka 3.9.0, as pinned in providers/brokers/kafka/pom.xml), used
+/// through CONFORMANCE_KAFKA_IMAGE.
+pub const KAFKA_STAND_IN: &str = "localhost/conformance-kafka:3.9.0";
 
 /// The label carrying an image's input digest.
 const INPUTS_LABEL: &str = "conformance.inputs";
@@ -47,7 +64,12 @@ pub fn build() -> Result<()> {
     pubsub()?;
     base()?;
     sqs()?;
-    rocketmq()
+    rocketmq()?;
+    redis()?;
+    postgres()?;
+    mqtt()?;
+    rabbitmq()?;
+    kafka()
 }
 
 /// The base: a minimal Debian root file system from the mirror, imported as an image.
@@ -144,6 +166,130 @@ fn rocketmq() -> Result<()> {
          /tmp/rocketmq/work $0 $1\"]\n"
     );
     build_on_base(ROCKETMQ_STAND_IN, &context, &dockerfile)
+}
+
+/// The `RUN` line that installs `packages` from Debian's mirror without recommends, then drops the
+/// downloaded packages and the lists (a debootstrapped base, unlike Debian's published images,
+/// keeps every .deb in /var/cache/apt/archives; a smaller image also starts faster on vfs, which
+/// copies it for every container).
+fn apt_install(packages: &str) -> String {
+    format!(
+        "RUN apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \\\n\
+         \x20   {packages} && apt-get clean && rm -rf /var/lib/apt/lists/*\n"
+    )
+}
+
+/// Debian's redis-server as the official redis image runs it (the interface of
+/// testcontainers-modules' `Redis`): port 6379, "Ready to accept connections" on stdout.
+fn redis() -> Result<()> {
+    let context = context("redis", &[])?;
+    let dockerfile = format!(
+        "# Written by `cargo xtask brokers images`: Debian's redis-server, as the official redis image runs it.\n\
+         FROM {BASE}\n\
+         {}\
+         EXPOSE 6379\n\
+         USER redis\n\
+         WORKDIR /var/lib/redis\n\
+         # Every interface with protected mode off, as in the official image (the container source publishes\n\
+         # the port on 127.0.0.1 only); no persistence; the log on stdout.\n\
+         CMD [\"redis-server\", \"--bind\", \"0.0.0.0\", \"--protected-mode\", \"no\", \"--save\", \"\", \"--appendonly\", \"no\"]\n",
+        apt_install("redis-server")
+    );
+    build_on_base(REDIS_STAND_IN, &context, &dockerfile)
+}
+
+/// Debian's PostgreSQL 15 behind providers/brokers/postgres/image-entrypoint.sh, which honours
+/// the official postgres image's variables, arguments and ready lines (what testcontainers-modules'
+/// `Postgres` uses). The server refuses to run as root: the image runs as the user postgres.
+fn postgres() -> Result<()> {
+    let context = context("postgres", &[root().join("providers/brokers/postgres/image-entrypoint.sh")])?;
+    let dockerfile = format!(
+        "# Written by `cargo xtask brokers images`: Debian's PostgreSQL 15 behind the project's entrypoint.\n\
+         FROM {BASE}\n\
+         # postgresql-common first, told to make no cluster: the entrypoint makes the container's own.\n\
+         RUN apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \\\n\
+         \x20   postgresql-common \\\n\
+         \x20   && sed -i 's/^#*create_main_cluster.*/create_main_cluster = false/' /etc/postgresql-common/createcluster.conf \\\n\
+         \x20   && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends postgresql-15 \\\n\
+         \x20   && apt-get clean && rm -rf /var/lib/apt/lists/* \\\n\
+         \x20   && install -d -o postgres -g postgres /var/lib/postgresql/data\n\
+         COPY image-entrypoint.sh /usr/local/bin/docker-entrypoint.sh\n\
+         ENV PGDATA=/var/lib/postgresql/data\n\
+         EXPOSE 5432\n\
+         USER postgres\n\
+         ENTRYPOINT [\"/usr/local/bin/docker-entrypoint.sh\"]\n"
+    );
+    build_on_base(POSTGRES_STAND_IN, &context, &dockerfile)
+}
+
+/// Debian's mosquitto with the official eclipse-mosquitto image's `/mosquitto-no-auth.conf`
+/// (anonymous clients on 1883, every interface), the configuration testcontainers-modules'
+/// `Mosquitto` starts it with.
+fn mqtt() -> Result<()> {
+    let context = context("mosquitto", &[])?;
+    let dockerfile = format!(
+        "# Written by `cargo xtask brokers images`: Debian's mosquitto, as the eclipse-mosquitto image runs it.\n\
+         FROM {BASE}\n\
+         {}\
+         # The official image's configuration for anonymous clients (the container source publishes the port on\n\
+         # 127.0.0.1 only); mosquitto logs to stderr.\n\
+         RUN printf 'listener 1883\\nallow_anonymous true\\n' > /mosquitto-no-auth.conf\n\
+         EXPOSE 1883\n\
+         USER mosquitto\n\
+         CMD [\"mosquitto\", \"-c\", \"/mosquitto-no-auth.conf\"]\n",
+        apt_install("mosquitto")
+    );
+    build_on_base(MQTT_STAND_IN, &context, &dockerfile)
+}
+
+/// Debian's rabbitmq-server as the official rabbitmq `-management` image runs it (the image
+/// testcontainers-modules' `RabbitMq` expects): AMQP on 5672 on every interface, guest allowed
+/// from anywhere, the management and Prometheus plugins (four with their dependencies, the count
+/// in the module's ready line) and the log on stdout.
+fn rabbitmq() -> Result<()> {
+    let context = context("rabbitmq", &[])?;
+    let dockerfile = format!(
+        "# Written by `cargo xtask brokers images`: Debian's rabbitmq-server, as the official rabbitmq image runs it.\n\
+         FROM {BASE}\n\
+         {}\
+         RUN printf '%s\\n' 'listeners.tcp.default = 5672' 'loopback_users.guest = false' 'log.console = true' \\\n\
+         \x20       'log.console.level = info' 'log.file = false' > /etc/rabbitmq/rabbitmq.conf \\\n\
+         \x20   && echo '[rabbitmq_management,rabbitmq_prometheus].' > /etc/rabbitmq/enabled_plugins \\\n\
+         \x20   && chown rabbitmq:rabbitmq /etc/rabbitmq/enabled_plugins\n\
+         ENV HOME=/var/lib/rabbitmq\n\
+         EXPOSE 5672\n\
+         USER rabbitmq\n\
+         # Not /usr/sbin's wrapper, which switches user and logs to /var/log.\n\
+         CMD [\"/usr/lib/rabbitmq/bin/rabbitmq-server\"]\n",
+        apt_install("rabbitmq-server")
+    );
+    build_on_base(RABBITMQ_STAND_IN, &context, &dockerfile)
+}
+
+/// Apache Kafka (the jars and launcher `brokers install kafka` fetches and compiles) on Debian's
+/// JRE, started from /etc/kafka/docker/run (providers/brokers/kafka/image-run.sh) and configured
+/// from the environment as the apache/kafka image is: the interface testcontainers-modules'
+/// `apache::Kafka` uses (its command waits for a start script it writes into /opt/kafka).
+fn kafka() -> Result<()> {
+    install("kafka")?;
+    let install = root().join(".brokers/kafka");
+    let inputs = [install.join("lib"), install.join("classes"), root().join("providers/brokers/kafka/image-run.sh")];
+    let context = context("kafka", &inputs)?;
+    let dockerfile = format!(
+        "# Written by `cargo xtask brokers images`: Apache Kafka behind the project's launcher.\n\
+         FROM {BASE}\n\
+         {}\
+         RUN useradd --system --no-create-home --shell /usr/sbin/nologin kafka \\\n\
+         \x20   && install -d -o kafka -g kafka /opt/kafka\n\
+         COPY lib /opt/kafka/lib\n\
+         COPY classes /opt/kafka/classes\n\
+         COPY image-run.sh /etc/kafka/docker/run\n\
+         EXPOSE 9092\n\
+         USER kafka\n\
+         CMD [\"/etc/kafka/docker/run\"]\n",
+        apt_install("openjdk-17-jre-headless")
+    );
+    build_on_base(KAFKA_STAND_IN, &context, &dockerfile)
 }
 
 /// The CA bundle the host's own pip uses: PIP_CERT, else SSL_CERT_FILE, else Debian's bundle.

@@ -100,3 +100,26 @@ fn every_generated_file_carries_its_header() {
         .collect();
     assert!(missing.is_empty(), "generated files without an @generated first line: {missing:?}");
 }
+
+/// The `"localhost/conformance-…"` string literals in `text`.
+fn stand_in_names(text: &str) -> Vec<String> {
+    text.split('"')
+        .skip(1)
+        .step_by(2)
+        .filter(|literal| literal.starts_with("localhost/conformance-"))
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn every_stand_in_the_container_source_names_is_one_brokers_images_builds() {
+    let read = |path: &str| std::fs::read_to_string(root().join(path)).unwrap();
+    let built = stand_in_names(&read("xtask/src/images.rs"));
+    let named = stand_in_names(&read("providers/src/containers.rs"));
+    assert!(named.len() >= 8, "providers/src/containers.rs names a stand-in per image variable: {named:?}");
+    let unbuilt: Vec<&String> = named.iter().filter(|name| !built.contains(name)).collect();
+    assert!(
+        unbuilt.is_empty(),
+        "stand-ins named in providers/src/containers.rs that xtask/src/images.rs does not build: {unbuilt:?}"
+    );
+}

@@ -1,10 +1,17 @@
 // One project-owned Kafka KRaft node (combined controller and broker) in this JVM, for tests.
 // usage: java -cp 'lib/*:classes' KafkaLauncher WORK_DIR BROKER_PORT CONTROLLER_PORT
-// Formats a fresh log dir under WORK_DIR (through StorageTool, in a child JVM with this class
-// path), starts the node on 127.0.0.1 only, prints "kafka ready 127.0.0.1:PORT" on stdout, and
-// stops when its stdin closes (or on SIGTERM), then deletes WORK_DIR. The broker's log goes to
-// stderr. Tuned for tests: one partition, replication 1, no initial rebalance delay, short
-// group session bounds, so consumer groups join in well under a second.
+//        java -cp 'lib/*:classes' KafkaLauncher WORK_DIR --from-environment
+// The first form (the local broker): formats a fresh log dir under WORK_DIR (through StorageTool,
+// in a child JVM with this class path), starts the node on 127.0.0.1 only, prints
+// "kafka ready 127.0.0.1:PORT" on stdout, and stops when its stdin closes (or on SIGTERM), then
+// deletes WORK_DIR. The broker's log goes to stderr. Tuned for tests: one partition, replication
+// 1, no initial rebalance delay, short group session bounds, so consumer groups join in well
+// under a second.
+// The second form (the stand-in image's /etc/kafka/docker/run): the node's configuration is the
+// environment, read as the apache/kafka image reads it (CLUSTER_ID, and every KAFKA_* variable
+// but the JVM's as a property: KAFKA_ dropped, lower case, "___" a dash, "__" an underscore, "_"
+// a dot), log.dirs under WORK_DIR unless given; Kafka's own "Kafka Server started" line goes to
+// stdout, as in that image, and the node runs until SIGTERM (a container's stdin is closed).
 import java.io.File;
 import java.io.FileOutputStream;
 import java.io.IOException;
@@ -12,7 +19,10 @@ import java.io.InputStream;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.Comparator;
+import java.util.Locale;
+import java.util.Map;
 import java.util.Properties;
+import java.util.Set;
 import java.util.stream.Stream;
 
 import kafka.server.KafkaConfig;
@@ -22,15 +32,57 @@ import org.apache.kafka.common.utils.Time;
 
 public class KafkaLauncher {
     public static void main(String[] args) throws Exception {
+        boolean fromEnvironment = args.length == 2 && args[1].equals("--from-environment");
+        if (!fromEnvironment && args.length != 3) {
+            System.err.println("usage: KafkaLauncher WORK_DIR BROKER_PORT CONTROLLER_PORT | KafkaLauncher WORK_DIR --from-environment");
+            System.exit(2);
+        }
         // The broker's warnings and errors to stderr (Kafka 3.9 logs through reload4j).
         org.apache.log4j.Logger root = org.apache.log4j.Logger.getRootLogger();
         root.addAppender(new org.apache.log4j.ConsoleAppender(
             new org.apache.log4j.PatternLayout("[kafka] %p %c{1}: %m%n"), "System.err"));
         root.setLevel(org.apache.log4j.Level.WARN);
         Path work = Path.of(args[0]);
-        String port = args[1], controller = args[2];
         deleteTree(work);
         Files.createDirectories(work.resolve("data"));
+        Properties props = fromEnvironment ? fromEnvironment(work) : loopback(work, args[1], args[2]);
+        String clusterId = fromEnvironment ? System.getenv("CLUSTER_ID") : Uuid.randomUuid().toString();
+        if (clusterId == null || clusterId.isEmpty()) {
+            System.err.println("kafka launcher: CLUSTER_ID is unset; the node's configuration comes from the environment, as in the apache/kafka image");
+            System.exit(2);
+        }
+        if (fromEnvironment) {
+            // Kafka's own started line (its KafkaRaftServer logger, at INFO) to stdout.
+            org.apache.log4j.Logger started = org.apache.log4j.Logger.getLogger("kafka.server.KafkaRaftServer");
+            started.setLevel(org.apache.log4j.Level.INFO);
+            started.setAdditivity(false);
+            started.addAppender(new org.apache.log4j.ConsoleAppender(
+                new org.apache.log4j.PatternLayout("[kafka] %p %m (%c)%n"), "System.out"));
+        }
+        Path config = work.resolve("server.properties");
+        try (FileOutputStream out = new FileOutputStream(config.toFile())) {
+            props.store(out, "conformance KRaft node");
+        }
+        format(config, clusterId);
+        KafkaRaftServer server = new KafkaRaftServer(KafkaConfig.fromProps(props, false), Time.SYSTEM);
+        Runtime.getRuntime().addShutdownHook(new Thread(() -> stop(server, work)));
+        server.startup();
+        if (fromEnvironment) {
+            // SIGTERM (the engine's stop) runs the shutdown hook, which stops the node.
+            server.awaitShutdown();
+            return;
+        }
+        System.out.println("kafka ready 127.0.0.1:" + args[1]);
+        System.out.flush();
+        // The lifeline: the test binary holds our stdin; it closes when the binary ends.
+        InputStream in = System.in;
+        byte[] buffer = new byte[256];
+        while (in.read(buffer) >= 0) { }
+        System.exit(0); // the shutdown hook stops the node and deletes the folder
+    }
+
+    /** The local node: loopback only, on the ports the test binary picked, tuned for tests. */
+    private static Properties loopback(Path work, String port, String controller) {
         Properties props = new Properties();
         props.setProperty("process.roles", "broker,controller");
         props.setProperty("node.id", "1");
@@ -52,21 +104,33 @@ public class KafkaLauncher {
         // Topics are created explicitly (the gateway's make-channels); none appears by a typo.
         props.setProperty("auto.create.topics.enable", "false");
         props.setProperty("log.flush.interval.messages", "9223372036854775807");
-        Path config = work.resolve("server.properties");
-        try (FileOutputStream out = new FileOutputStream(config.toFile())) {
-            props.store(out, "conformance KRaft node");
+        return props;
+    }
+
+    /** The JVM's variables, which the apache/kafka image does not turn into properties either. */
+    private static final Set<String> NOT_PROPERTIES = Set.of("KAFKA_VERSION", "KAFKA_HEAP_OPTS", "KAFKA_LOG4J_OPTS",
+        "KAFKA_OPTS", "KAFKA_JMX_OPTS", "KAFKA_JVM_PERFORMANCE_OPTS", "KAFKA_GC_LOG_OPTS", "KAFKA_LOG4J_ROOT_LOGLEVEL",
+        "KAFKA_LOG4J_LOGGERS", "KAFKA_TOOLS_LOG4J_LOGLEVEL", "KAFKA_JMX_HOSTNAME");
+
+    /** The container's node: every KAFKA_* variable as a property, as the apache/kafka image reads them. */
+    private static Properties fromEnvironment(Path work) {
+        Properties props = new Properties();
+        props.setProperty("log.dirs", work.resolve("data").toString());
+        for (Map.Entry<String, String> variable : System.getenv().entrySet()) {
+            String name = variable.getKey();
+            if (!name.startsWith("KAFKA_") || NOT_PROPERTIES.contains(name)) {
+                continue;
+            }
+            String key = name.substring("KAFKA_".length()).toLowerCase(Locale.ROOT)
+                // A variable's name holds no '-' or '~': each stands in for its run of underscores.
+                .replace("___", "-").replace("__", "~").replace('_', '.').replace('~', '_');
+            props.setProperty(key, variable.getValue());
         }
-        format(config, Uuid.randomUuid().toString());
-        KafkaRaftServer server = new KafkaRaftServer(KafkaConfig.fromProps(props, false), Time.SYSTEM);
-        Runtime.getRuntime().addShutdownHook(new Thread(() -> stop(server, work)));
-        server.startup();
-        System.out.println("kafka ready 127.0.0.1:" + port);
-        System.out.flush();
-        // The lifeline: the test binary holds our stdin; it closes when the binary ends.
-        InputStream in = System.in;
-        byte[] buffer = new byte[256];
-        while (in.read(buffer) >= 0) { }
-        System.exit(0); // the shutdown hook stops the node and deletes the folder
+        // In KRaft, node.id is broker.id's synonym: a configuration naming only one names both.
+        if (!props.containsKey("node.id") && props.containsKey("broker.id")) {
+            props.setProperty("node.id", props.getProperty("broker.id"));
+        }
+        return props;
     }
 
     private static synchronized void stop(KafkaRaftServer server, Path work) {
