@@ -206,11 +206,24 @@ impl Channel for KafkaChannel {
     async fn close(&self) -> Result<(), ChannelError> {
         self.in_flight().clear();
         let consumer = self.consumer.clone();
-        // Unsubscribing waits for the group thread's answer: off the runtime's workers.
         self.runtime
-            .call(async move { tokio::task::spawn_blocking(move || consumer.unsubscribe()).await })
-            .await
-            .expect("an unsubscribe panicked");
+            .call(async move {
+                // Unsubscribing waits for the group thread's answer: off the runtime's workers.
+                let unsubscribing = consumer.clone();
+                tokio::task::spawn_blocking(move || unsubscribing.unsubscribe())
+                    .await
+                    .expect("an unsubscribe panicked");
+                // The member gives its partitions up (and then leaves) only while it is polled:
+                // unpolled, the group would wait out its session for it before assigning them to
+                // anyone else. Records still buffered are dropped uncommitted, to be read again.
+                let deadline = tokio::time::Instant::now() + CALL_TIMEOUT;
+                while consumer.assignment().is_ok_and(|assigned| assigned.count() > 0)
+                    && tokio::time::Instant::now() < deadline
+                {
+                    let _ = tokio::time::timeout(Duration::from_millis(100), consumer.recv()).await;
+                }
+            })
+            .await;
         Ok(())
     }
 }
