@@ -7,7 +7,7 @@
 //! configuration at once, `CELLS_AT_ONCE` cells each, as a transport's test binary runs its
 //! matrix: one broker serves them all). The cells' bounds must hold under the loaded figure.
 //!
-//! `cargo bench -p providers --features sqs,gcp,rocketmq,postgres,mqtt,redis,rabbitmq --bench redelivery [-- CONFIGURATION…]`
+//! `cargo bench -p providers --features sqs,gcp,rocketmq,postgres,mqtt,redis,rabbitmq,kafka --bench redelivery [-- CONFIGURATION…]`
 //! (each compiled-in configuration when none is named; name one transport's configurations to
 //! load its broker as its matrix does; brokers as CONFORMANCE_BROKERS says).
 
@@ -43,6 +43,8 @@ fn providers() -> Vec<&'static dyn Provider> {
     all.push(providers::redis_streams());
     #[cfg(feature = "rabbitmq")]
     all.extend([providers::rabbitmq() as &dyn Provider, providers::rabbitmq_quorum()]);
+    #[cfg(feature = "kafka")]
+    all.push(providers::kafka());
     all
 }
 
@@ -129,8 +131,9 @@ async fn main() {
         println!("{name:<20} nack     {}", figures(nacks));
         println!("{name:<20} requeue0 {}", figures(requeues));
         // Nothing lapses on memory, nor on a connected MQTT session or RabbitMQ (no lease: an
-        // unsettled delivery stays with its channel).
-        if !["memory", "mqtt", "rabbitmq", "rabbitmq-quorum"].contains(&name) {
+        // unsettled delivery stays with its channel), nor on Kafka (a connected consumer moves
+        // past an uncommitted record).
+        if !["memory", "mqtt", "rabbitmq", "rabbitmq-quorum", "kafka"].contains(&name) {
             println!("{name:<20} lapse    {}", figures(vec![round(&cell, Release::Lapse).await]));
         }
         cell.finish().await;
