@@ -172,10 +172,11 @@ impl Channel for MqttChannel {
         self.republish(message, "nack").await
     }
 
-    /// Stops the session's connection. Its session stays on the broker, which resends every
-    /// message not acknowledged (taken or not) when a session of the same name connects.
+    /// Disconnects the session once the PUBACKs already made are sent. Its session stays on the
+    /// broker, which resends every message not acknowledged (taken or not) when a session of the
+    /// same name connects.
     async fn close(&self) -> Result<(), ChannelError> {
-        self.session.stop();
+        self.session.stop().await;
         Ok(())
     }
 }

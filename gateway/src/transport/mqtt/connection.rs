@@ -4,7 +4,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use rumqttc::{AsyncClient, ConnectionError, Event, EventLoop, MqttOptions, Packet, Publish, QoS, SubscribeReasonCode};
+use rumqttc::{
+    AsyncClient, ConnectionError, Event, EventLoop, MqttOptions, Outgoing, Packet, Publish, QoS, SubscribeReasonCode,
+};
 use tokio::task::JoinHandle;
 
 use super::broker_error;
@@ -47,12 +49,23 @@ pub(super) struct Session {
 }
 
 impl Session {
-    /// Stops the event loop: the TCP connection closes without a DISCONNECT, as when a
-    /// consumer process dies.
-    pub fn stop(&self) {
+    /// Ends the session's connection with a DISCONNECT queued behind every request already made
+    /// (the PUBACKs of settled messages), so those reach the broker first; the persistent
+    /// session stays, with whatever is still unacknowledged. Waits for the event loop to send it,
+    /// at most `STOP_CEILING`, then stops the loop either way.
+    pub async fn stop(&self) {
+        if self.client.disconnect().await.is_ok() {
+            let deadline = tokio::time::Instant::now() + STOP_CEILING;
+            while !self.task.is_finished() && tokio::time::Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
         self.task.abort();
     }
 }
+
+/// How long `Session::stop` waits for its DISCONNECT to be sent.
+const STOP_CEILING: Duration = Duration::from_secs(5);
 
 impl Drop for Session {
     fn drop(&mut self) {
@@ -113,7 +126,12 @@ async fn drive(mut eventloop: EventLoop, name: String, mut on_event: impl FnMut(
                     tracing::info!(session = %name, "MQTT connection restored");
                     down = false;
                 }
+                // A DISCONNECT sent is the session's end (`Session::stop`): never reconnect after it.
+                let disconnected = matches!(event, Event::Outgoing(Outgoing::Disconnect));
                 on_event(event);
+                if disconnected {
+                    return;
+                }
             }
             Err(error) => {
                 if !down {
