@@ -21,7 +21,7 @@ pub struct Manifest {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BehaviourEntry {
-    /// The canonical column, `FR-<n>`.
+    /// The canonical column, `FR-<n>` (the original library's) or `DC-<n>` (this project's).
     pub id: String,
     /// The generated test function's name.
     pub name: String,
@@ -128,14 +128,14 @@ impl ConfigurationEntry {
 }
 
 impl BehaviourEntry {
-    /// The FR number, validated at load.
-    pub fn number(&self) -> u32 {
-        self.id.parse::<ledger::Behaviour>().map(|b| b.0).expect("validated at load")
+    /// The behaviour's id, validated at load.
+    pub fn behaviour(&self) -> ledger::Behaviour {
+        self.id.parse().expect("validated at load")
     }
 
-    /// The module that holds this behaviour's test: `fr_<n>`.
+    /// The module that holds this behaviour's test: `fr_<n>` or `dc_<n>`.
     pub fn module(&self) -> String {
-        format!("fr_{}", self.number())
+        self.behaviour().module()
     }
 }
 
@@ -278,7 +278,7 @@ impl Manifest {
     }
 
     pub fn behaviour_ids(&self) -> Vec<ledger::Behaviour> {
-        self.behaviours.iter().map(|b| ledger::Behaviour(b.number())).collect()
+        self.behaviours.iter().map(BehaviourEntry::behaviour).collect()
     }
 
     /// The transports, in first-appearance order, each with its feature.

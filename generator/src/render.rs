@@ -130,7 +130,7 @@ fn test_context(
     behaviour: &BehaviourEntry,
     ledger: &Ledger,
 ) -> Context {
-    let cell = CellId::new(configuration.name.clone(), ledger::Behaviour(behaviour.number()));
+    let cell = CellId::new(configuration.name.clone(), behaviour.behaviour());
     let proactor = variant == "proactor";
     let mut context = Context::new();
     context.insert("command", COMMAND);

@@ -1,16 +1,85 @@
-//! Cell identity: a configuration crossed with a behaviour (an FR id).
+//! Cell identity: a configuration crossed with a behaviour (an `FR-<n>` or `DC-<n>` id).
 
 use std::fmt;
 use std::str::FromStr;
 
-/// A functional requirement number; displayed and parsed as `FR-<n>`.
-/// Ordered numerically, so FR-2 sorts before FR-10.
+/// Where a behaviour's id comes from. `FR` numbers are the original library's functional
+/// requirements; `DC` numbers are this project's own delivery-count conditions (restarted,
+/// competing and crashed consumers), numbered apart so neither can be mistaken for the other.
+/// FR columns come before DC columns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Behaviour(pub u32);
+pub enum Family {
+    Fr,
+    Dc,
+}
+
+impl Family {
+    /// The id's prefix, `FR` or `DC`.
+    pub fn prefix(self) -> &'static str {
+        match self {
+            Family::Fr => "FR",
+            Family::Dc => "DC",
+        }
+    }
+
+    /// The generated module's prefix, `fr` or `dc`.
+    pub fn module_prefix(self) -> &'static str {
+        match self {
+            Family::Fr => "fr",
+            Family::Dc => "dc",
+        }
+    }
+
+    const ALL: [Family; 2] = [Family::Fr, Family::Dc];
+}
+
+/// A behaviour id; displayed and parsed as `FR-<n>` or `DC-<n>`. Ordered by family, then
+/// numerically, so FR-2 sorts before FR-10 and every FR before DC-1.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Behaviour {
+    pub family: Family,
+    pub number: u32,
+}
+
+impl Behaviour {
+    /// The original library's `FR-<n>`.
+    pub const fn fr(number: u32) -> Behaviour {
+        Behaviour { family: Family::Fr, number }
+    }
+
+    /// This project's `DC-<n>`.
+    pub const fn dc(number: u32) -> Behaviour {
+        Behaviour { family: Family::Dc, number }
+    }
+
+    /// The generated test module holding this behaviour's test: `fr_<n>` or `dc_<n>`.
+    pub fn module(self) -> String {
+        format!("{}_{}", self.family.module_prefix(), self.number)
+    }
+
+    /// The behaviour whose module is `module` (`fr_23`, `dc_1`), if any.
+    pub fn from_module(module: &str) -> Option<Behaviour> {
+        let (prefix, digits) = module.split_once('_')?;
+        let family = Family::ALL.into_iter().find(|f| f.module_prefix() == prefix)?;
+        Some(Behaviour { family, number: canonical_number(digits)? })
+    }
+}
+
+/// Only the canonical spelling (no sign, no leading zeros), so that a parsed file is written
+/// back byte for byte.
+fn canonical_number(digits: &str) -> Option<u32> {
+    let canonical =
+        !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) && (digits == "0" || !digits.starts_with('0'));
+    if canonical {
+        digits.parse().ok()
+    } else {
+        None
+    }
+}
 
 impl fmt::Display for Behaviour {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "FR-{}", self.0)
+        write!(f, "{}-{}", self.family.prefix(), self.number)
     }
 }
 
@@ -19,16 +88,10 @@ impl FromStr for Behaviour {
 
     fn from_str(s: &str) -> Result<Self, NameError> {
         let invalid = || NameError::Behaviour(s.to_owned());
-        let digits = s.strip_prefix("FR-").ok_or_else(invalid)?;
-        // Only the canonical spelling (no sign, no leading zeros), so that a
-        // parsed file is written back byte for byte.
-        let canonical = !digits.is_empty()
-            && digits.bytes().all(|b| b.is_ascii_digit())
-            && (digits == "0" || !digits.starts_with('0'));
-        if !canonical {
-            return Err(invalid());
-        }
-        digits.parse().map(Behaviour).map_err(|_| invalid())
+        let (prefix, digits) = s.split_once('-').ok_or_else(invalid)?;
+        let family = Family::ALL.into_iter().find(|f| f.prefix() == prefix).ok_or_else(invalid)?;
+        let number = canonical_number(digits).ok_or_else(invalid)?;
+        Ok(Behaviour { family, number })
     }
 }
 
@@ -79,13 +142,13 @@ pub fn validate_configuration(name: &str) -> Result<(), NameError> {
 /// A malformed configuration, behaviour or cell name.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum NameError {
-    #[error("invalid behaviour {0:?}; expected FR-<n> with <n> a number without leading zeros, e.g. FR-23")]
+    #[error("invalid behaviour {0:?}; expected FR-<n> or DC-<n> with <n> a number without leading zeros, e.g. FR-23")]
     Behaviour(String),
 
     #[error("invalid configuration {0:?}; expected lowercase ASCII letters, digits and '-', starting with a letter, e.g. sqs-fifo")]
     Configuration(String),
 
-    #[error("invalid cell {0:?}; expected <configuration>/FR-<n>, e.g. memory/FR-23")]
+    #[error("invalid cell {0:?}; expected <configuration>/FR-<n> or <configuration>/DC-<n>, e.g. memory/FR-23")]
     Cell(String),
 }
 
@@ -96,25 +159,41 @@ mod tests {
     #[test]
     fn behaviour_round_trips_and_orders_numerically() {
         let b: Behaviour = "FR-23".parse().unwrap();
-        assert_eq!(b, Behaviour(23));
+        assert_eq!(b, Behaviour::fr(23));
         assert_eq!(b.to_string(), "FR-23");
-        assert!(Behaviour(2) < Behaviour(10));
+        assert!(Behaviour::fr(2) < Behaviour::fr(10));
+        assert!(Behaviour::fr(23) < Behaviour::dc(1));
+        assert_eq!("DC-3".parse::<Behaviour>(), Ok(Behaviour::dc(3)));
+        assert_eq!(Behaviour::dc(3).to_string(), "DC-3");
+    }
+
+    #[test]
+    fn modules_round_trip() {
+        assert_eq!(Behaviour::fr(23).module(), "fr_23");
+        assert_eq!(Behaviour::dc(1).module(), "dc_1");
+        assert_eq!(Behaviour::from_module("dc_1"), Some(Behaviour::dc(1)));
+        assert_eq!(Behaviour::from_module("fr_23"), Some(Behaviour::fr(23)));
+        for bad in ["fr_", "fr_02", "xx_1", "fr23", "dc_1a"] {
+            assert_eq!(Behaviour::from_module(bad), None, "{bad}");
+        }
     }
 
     #[test]
     fn behaviour_rejects_non_canonical_forms() {
-        for bad in ["FR2", "fr-2", "FR-", "FR-02", "FR-+2", "FR-2a", "FR-99999999999", " FR-2"] {
+        for bad in
+            ["FR2", "fr-2", "DC2", "dc-2", "XX-2", "DC-01", "FR-", "FR-02", "FR-+2", "FR-2a", "FR-99999999999", " FR-2"]
+        {
             let err = bad.parse::<Behaviour>().unwrap_err();
             assert_eq!(err, NameError::Behaviour(bad.to_owned()));
             assert!(err.to_string().contains("expected FR-<n>"), "{err}");
         }
-        assert_eq!("FR-0".parse::<Behaviour>(), Ok(Behaviour(0)));
+        assert_eq!("FR-0".parse::<Behaviour>(), Ok(Behaviour::fr(0)));
     }
 
     #[test]
     fn cell_id_parses_and_displays() {
         let cell: CellId = "sqs-fifo/FR-9".parse().unwrap();
-        assert_eq!(cell, CellId::new("sqs-fifo", Behaviour(9)));
+        assert_eq!(cell, CellId::new("sqs-fifo", Behaviour::fr(9)));
         assert_eq!(cell.to_string(), "sqs-fifo/FR-9");
     }
 
@@ -122,7 +201,7 @@ mod tests {
     fn cell_id_errors_name_the_expected_form() {
         assert_eq!(
             "memory".parse::<CellId>().unwrap_err().to_string(),
-            r#"invalid cell "memory"; expected <configuration>/FR-<n>, e.g. memory/FR-23"#
+            r#"invalid cell "memory"; expected <configuration>/FR-<n> or <configuration>/DC-<n>, e.g. memory/FR-23"#
         );
         assert_eq!("Memory/FR-2".parse::<CellId>().unwrap_err(), NameError::Configuration("Memory".into()));
         assert_eq!("memory/FR2".parse::<CellId>().unwrap_err(), NameError::Behaviour("FR2".into()));
@@ -141,9 +220,9 @@ mod tests {
     #[test]
     fn cells_order_by_configuration_then_number() {
         let mut cells = [
-            CellId::new("sqs", Behaviour(2)),
-            CellId::new("memory", Behaviour(10)),
-            CellId::new("memory", Behaviour(2)),
+            CellId::new("sqs", Behaviour::fr(2)),
+            CellId::new("memory", Behaviour::fr(10)),
+            CellId::new("memory", Behaviour::fr(2)),
         ];
         cells.sort();
         let shown: Vec<String> = cells.iter().map(ToString::to_string).collect();

@@ -369,7 +369,7 @@ pub(crate) mod tests {
     #[test]
     fn stale_evidence_groups_by_configuration_and_run() {
         let runs = runs();
-        let behaviours = [Behaviour(2), Behaviour(4), Behaviour(9)];
+        let behaviours = [Behaviour::fr(2), Behaviour::fr(4), Behaviour::fr(9)];
         let stale = stale_evidence(&runs, &["memory", "sqs", "gcp-pull"], &behaviours, "d2");
         let shown: Vec<String> = stale.iter().map(ToString::to_string).collect();
         assert_eq!(
@@ -385,13 +385,13 @@ pub(crate) mod tests {
         // At d1, FR-2 is fresh and FR-9 (run at d2) is stale.
         let stale = stale_evidence(&runs, &["memory"], &behaviours, "d1");
         let cells: Vec<Vec<Behaviour>> = stale.iter().map(|group| group.behaviours.clone()).collect();
-        assert_eq!(cells, [vec![Behaviour(4)], vec![Behaviour(9)]]);
+        assert_eq!(cells, [vec![Behaviour::fr(4)], vec![Behaviour::fr(9)]]);
     }
 
     #[test]
     fn everything_recorded_at_the_digest_is_fresh() {
         let runs = vec![new("2026-12-01T10:00:00Z", "c", "d", &[("memory/FR-2", "reactor", "passed")])];
-        assert_eq!(stale_evidence(&runs, &["memory"], &[Behaviour(2)], "d"), []);
+        assert_eq!(stale_evidence(&runs, &["memory"], &[Behaviour::fr(2)], "d"), []);
         let mut dirty = runs[0].clone();
         dirty.dirty = true;
         dirty.digest = Some("0123456789abcdef".into());

@@ -325,7 +325,7 @@ mod tests {
     use crate::Behaviour;
 
     fn cell(configuration: &str, n: u32) -> CellId {
-        CellId::new(configuration, Behaviour(n))
+        CellId::new(configuration, Behaviour::fr(n))
     }
 
     #[test]

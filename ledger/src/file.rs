@@ -271,7 +271,7 @@ sqs-fifo\tFR-1\tUnknown
     fn bad_behaviour() {
         assert_eq!(
             parse_error("memory\tFR2\tPass\n"),
-            r#"ledger/cells.tsv:3: invalid behaviour "FR2"; expected FR-<n> with <n> a number without leading zeros, e.g. FR-23"#
+            r#"ledger/cells.tsv:3: invalid behaviour "FR2"; expected FR-<n> or DC-<n> with <n> a number without leading zeros, e.g. FR-23"#
         );
     }
 
@@ -360,7 +360,7 @@ sqs-fifo\tFR-1\tUnknown
         assert_eq!(fs::read_to_string(&path).unwrap(), SAMPLE);
 
         // Saving over an existing file replaces it.
-        ledger.ensure_cells(&["memory"], &[Behaviour(4)]);
+        ledger.ensure_cells(&["memory"], &[Behaviour::fr(4)]);
         ledger.save(&path).unwrap();
         assert_eq!(Ledger::load(&path).unwrap(), ledger);
         assert_eq!(dir_entries(dir.path()), ["cells.tsv"]);
@@ -407,7 +407,7 @@ sqs-fifo\tFR-1\tUnknown
         let path = dir.path().join("cells.tsv");
         fs::write(&path, SAMPLE).unwrap();
         let mut ledger = parse(SAMPLE).unwrap();
-        ledger.ensure_cells(&["Bad Name"], &[Behaviour(2)]);
+        ledger.ensure_cells(&["Bad Name"], &[Behaviour::fr(2)]);
         let err = ledger.save(&path).unwrap_err().to_string();
         assert_eq!(
             err,

@@ -125,17 +125,17 @@ mod tests {
 
     fn ledger() -> Ledger {
         let mut ledger = Ledger::new();
-        ledger.ensure_cells(&["memory", "sqs"], &[Behaviour(2), Behaviour(9)]);
+        ledger.ensure_cells(&["memory", "sqs"], &[Behaviour::fr(2), Behaviour::fr(9)]);
         ledger
     }
 
     #[test]
     fn ensure_cells_adds_only_missing_cells_as_unknown() {
         let mut ledger = Ledger::new();
-        let added = ledger.ensure_cells(&["sqs", "memory"], &[Behaviour(10), Behaviour(2)]);
+        let added = ledger.ensure_cells(&["sqs", "memory"], &[Behaviour::fr(10), Behaviour::fr(2)]);
         assert_eq!(added, [cell("memory/FR-2"), cell("memory/FR-10"), cell("sqs/FR-2"), cell("sqs/FR-10")]);
         ledger.defer(&cell("sqs/FR-2"), "#4", "why").unwrap();
-        let added = ledger.ensure_cells(&["memory", "sqs", "gcp-pull"], &[Behaviour(2)]);
+        let added = ledger.ensure_cells(&["memory", "sqs", "gcp-pull"], &[Behaviour::fr(2)]);
         assert_eq!(added, [cell("gcp-pull/FR-2")]);
         assert_eq!(ledger.get(&cell("gcp-pull/FR-2")), Some(&Status::Unknown));
         assert_eq!(ledger.get(&cell("sqs/FR-2")).unwrap().name(), "Deferred");
@@ -145,10 +145,10 @@ mod tests {
     fn unknown_cells_lists_stale_rows() {
         let ledger = ledger();
         assert_eq!(
-            ledger.unknown_cells(&["memory"], &[Behaviour(2)]),
+            ledger.unknown_cells(&["memory"], &[Behaviour::fr(2)]),
             [cell("memory/FR-9"), cell("sqs/FR-2"), cell("sqs/FR-9")]
         );
-        assert!(ledger.unknown_cells(&["memory", "sqs"], &[Behaviour(2), Behaviour(9)]).is_empty());
+        assert!(ledger.unknown_cells(&["memory", "sqs"], &[Behaviour::fr(2), Behaviour::fr(9)]).is_empty());
     }
 
     #[test]

@@ -153,7 +153,7 @@ sqs\tFR-10\tUnknown
 stale\tFR-2\tPass
 ";
         let ledger = Ledger::parse(text, Path::new("cells.tsv")).unwrap();
-        let rendered = ledger.render_markdown(&ROWS, &[Behaviour(2), Behaviour(10)], &[]);
+        let rendered = ledger.render_markdown(&ROWS, &[Behaviour::fr(2), Behaviour::fr(10)], &[]);
         assert_eq!(
             rendered,
             "\
@@ -189,7 +189,7 @@ Summary: 4 cells: 1 Pass, 1 Fixed, 1 Deferred, 1 Unknown
 "
         );
         // Deterministic.
-        assert_eq!(rendered, ledger.render_markdown(&ROWS, &[Behaviour(2), Behaviour(10)], &[]));
+        assert_eq!(rendered, ledger.render_markdown(&ROWS, &[Behaviour::fr(2), Behaviour::fr(10)], &[]));
     }
 
     #[test]
@@ -223,7 +223,7 @@ Summary: 4 cells: 1 Pass, 1 Fixed, 1 Deferred, 1 Unknown
             sqs,
             new("2026-12-01T10:00:00Z", "ccc0004", "d2", &[("memory/FR-2", "reactor", "flaky")]),
         ];
-        let rendered = ledger.render_markdown(&ROWS, &[Behaviour(2), Behaviour(9)], &runs);
+        let rendered = ledger.render_markdown(&ROWS, &[Behaviour::fr(2), Behaviour::fr(9)], &runs);
         let table: Vec<&str> =
             rendered.lines().filter(|line| line.starts_with("| ") && !line.starts_with("| ---")).collect();
         assert_eq!(
@@ -241,13 +241,13 @@ Summary: 4 cells: 1 Pass, 1 Fixed, 1 Deferred, 1 Unknown
             rendered.ends_with("Summary: 4 cells: 3 Pass, 1 Fixed, 0 Deferred, 0 Unknown; 2 watched (⚑)\n"),
             "{rendered}"
         );
-        assert_eq!(rendered, ledger.render_markdown(&ROWS, &[Behaviour(2), Behaviour(9)], &runs));
+        assert_eq!(rendered, ledger.render_markdown(&ROWS, &[Behaviour::fr(2), Behaviour::fr(9)], &runs));
     }
 
     #[test]
     fn marks_missing_cells_and_escapes_pipes() {
         let ledger = Ledger::parse("memory\tFR-2\tFixed\ta|b\n", Path::new("cells.tsv")).unwrap();
-        let rendered = ledger.render_markdown(&[("memory", "memory")], &[Behaviour(2), Behaviour(3)], &[]);
+        let rendered = ledger.render_markdown(&[("memory", "memory")], &[Behaviour::fr(2), Behaviour::fr(3)], &[]);
         assert!(rendered.contains("\n| memory | Fixed (a\\|b) | (missing) |\n"), "{rendered}");
         assert!(
             rendered.ends_with("\nSummary: 2 cells: 0 Pass, 1 Fixed, 0 Deferred, 0 Unknown, 1 (missing)\n"),

@@ -138,7 +138,7 @@ mod tests {
     /// memory/FR-1 Unknown, FR-2 Pass, FR-3 Fixed (#3), FR-4 Deferred (#4: ...).
     fn ledger() -> Ledger {
         let mut ledger = Ledger::new();
-        ledger.ensure_cells(&["memory"], &[Behaviour(1), Behaviour(2), Behaviour(3), Behaviour(4)]);
+        ledger.ensure_cells(&["memory"], &[Behaviour::fr(1), Behaviour::fr(2), Behaviour::fr(3), Behaviour::fr(4)]);
         ledger.cells.insert(cell("memory/FR-2"), Status::Pass);
         ledger.cells.insert(cell("memory/FR-3"), fixed("#3"));
         ledger.cells.insert(cell("memory/FR-4"), deferred());

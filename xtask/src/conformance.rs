@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use generator::Manifest;
-use ledger::{Behaviour, CellId, CellResult, ConfigurationRun, Ledger, RunRecord, Status, VariantResult};
+use ledger::{CellId, CellResult, ConfigurationRun, Ledger, RunRecord, Status, VariantResult};
 
 use crate::brokers::Implementation;
 use crate::libtest::{self, TestResult};
@@ -629,7 +629,7 @@ fn cell_results(
                     .iter()
                     .filter(|f| {
                         libtest::cell_of(&f.name).is_some_and(|(module, _, n)| {
-                            modules.get(module) == Some(&configuration.as_str()) && n == behaviour.0
+                            modules.get(module) == Some(&configuration.as_str()) && n == behaviour
                         })
                     })
                     .collect();
@@ -795,7 +795,7 @@ fn run_all(
             .expected(transport)
             .into_iter()
             .filter(|expected| !finished.iter().any(|f| expected.is(&f.name)))
-            .map(|t| format!("{}/FR-{} ({})", modules.get(&t.module).copied().unwrap_or("?"), t.behaviour, t.variant))
+            .map(|t| format!("{}/{} ({})", modules.get(&t.module).copied().unwrap_or("?"), t.behaviour, t.variant))
             .collect();
         if !missing.is_empty() {
             bail!(
@@ -809,7 +809,7 @@ fn run_all(
             for test in finished.iter_mut().filter(|f| f.result == TestResult::Failed) {
                 let Some((module, variant, number)) = libtest::cell_of(&test.name) else { continue };
                 let Some(configuration) = modules.get(module) else { continue };
-                let cell = CellId::new(*configuration, Behaviour(number));
+                let cell = CellId::new(*configuration, number);
                 if matches!(ledger.get(&cell), Some(Status::Deferred { .. })) {
                     continue;
                 }
@@ -860,8 +860,7 @@ fn repeat(
             for test in &run.finished {
                 let Some((module, variant, number)) = libtest::cell_of(&test.name) else { continue };
                 let Some(configuration) = modules.get(module) else { continue };
-                let tally =
-                    passes.entry((CellId::new(*configuration, Behaviour(number)), variant.to_owned())).or_default();
+                let tally = passes.entry((CellId::new(*configuration, number), variant.to_owned())).or_default();
                 tally.0 += u32::from(test.result == TestResult::Ok);
                 tally.1 += 1;
             }
@@ -887,7 +886,7 @@ fn run_record(runs: &[BinaryRun], modules: &BTreeMap<String, &str>, digest: Stri
         for finished in &run.finished {
             let Some((module, variant, number)) = libtest::cell_of(&finished.name) else { continue };
             let Some(configuration) = modules.get(module) else { continue };
-            let cell = CellId::new(*configuration, Behaviour(number));
+            let cell = CellId::new(*configuration, number);
             let flaky = run.flakes.iter().any(|f| f.cell == cell && f.variant == variant);
             let result = match finished.result {
                 TestResult::Ok if flaky => ledger::CellRun::FLAKY,
@@ -997,7 +996,7 @@ mod junit {
                         status
                     }
                 };
-                let mut case = TestCase::new(format!("{} {}", Behaviour(number), finished.name), status);
+                let mut case = TestCase::new(format!("{number} {}", finished.name), status);
                 case.set_classname(format!("{configuration}.{variant}"));
                 case.set_time(finished.elapsed);
                 suites

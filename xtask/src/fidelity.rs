@@ -68,7 +68,7 @@ impl FidelityRun<'_> {
     fn failure(&self, cell: &CellId) -> Option<String> {
         self.runs.iter().flat_map(|run| &run.failures).find_map(|(test, text)| {
             let (module, _, number) = libtest::cell_of(test)?;
-            let ours = self.modules.get(module) == Some(&cell.configuration.as_str()) && number == cell.behaviour.0;
+            let ours = self.modules.get(module) == Some(&cell.configuration.as_str()) && number == cell.behaviour;
             ours.then(|| panic_message(text))
         })
     }

@@ -206,7 +206,7 @@ fn ignored_cells(root: &Path, manifest: &Manifest) -> Result<BTreeSet<CellId>> {
                     .join(format!("{}.rs", behaviour.module()));
                 let text = std::fs::read_to_string(&file).with_context(|| format!("reading {}", file.display()))?;
                 if text.contains("#[ignore") {
-                    ignored.insert(CellId::new(configuration.name.clone(), Behaviour(behaviour.number())));
+                    ignored.insert(CellId::new(configuration.name.clone(), behaviour.behaviour()));
                 }
             }
         }
@@ -459,7 +459,7 @@ mod tests {
     #[test]
     fn stale_report_groups_by_configuration_and_names_the_evidence() {
         let runs = [old("2026-11-30T07:00:00Z", "aaa0001"), new("2026-12-01T09:00:00Z", "bbb0002", "d")];
-        let behaviours = [Behaviour(2), Behaviour(23)];
+        let behaviours = [Behaviour::fr(2), Behaviour::fr(23)];
         let report = stale_report(&runs, &["memory", "sqs"], &behaviours, "d").unwrap();
         assert_eq!(
             report,
@@ -469,7 +469,7 @@ mod tests {
              memory: FR-2: last run 2026-11-30T07:00:00Z at aaa0001, source digest not recorded\n  \
              sqs: all 2 cells: no recorded run"
         );
-        assert_eq!(stale_report(&runs, &["memory"], &[Behaviour(23)], "d"), None);
+        assert_eq!(stale_report(&runs, &["memory"], &[Behaviour::fr(23)], "d"), None);
     }
 
     #[test]

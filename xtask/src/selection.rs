@@ -33,7 +33,7 @@ pub struct Selection<'m> {
 pub struct ExpectedTest {
     pub module: String,
     pub variant: String,
-    pub behaviour: u32,
+    pub behaviour: Behaviour,
 }
 
 fn unknown(flag: &str, value: &str, choices: &[&str]) -> anyhow::Error {
@@ -142,7 +142,7 @@ impl<'m> Selection<'m> {
                     expected.push(ExpectedTest {
                         module: configuration.module(),
                         variant: (*variant).to_owned(),
-                        behaviour: behaviour.0,
+                        behaviour: *behaviour,
                     });
                 }
             }
@@ -161,7 +161,10 @@ impl<'m> Selection<'m> {
         if whole {
             return Vec::new();
         }
-        self.expected(transport).iter().map(|t| format!("{}::{}::fr_{}::", t.module, t.variant, t.behaviour)).collect()
+        self.expected(transport)
+            .iter()
+            .map(|t| format!("{}::{}::{}::", t.module, t.variant, t.behaviour.module()))
+            .collect()
     }
 }
 
@@ -200,7 +203,7 @@ mod tests {
         assert_eq!(selection.filters(&manifest, "memory"), ["memory::proactor::fr_23::"]);
         assert_eq!(
             selection.expected("memory"),
-            [ExpectedTest { module: "memory".into(), variant: "proactor".into(), behaviour: 23 }]
+            [ExpectedTest { module: "memory".into(), variant: "proactor".into(), behaviour: Behaviour::fr(23) }]
         );
         assert!(!selection.every_variant(&manifest));
     }

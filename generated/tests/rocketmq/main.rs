@@ -3,7 +3,7 @@
 
 //! The conformance cells of the `rocketmq` transport: one module per configuration and
 //! pump variant, one file per behaviour. A test's path names its cell:
-//! `<configuration>::<variant>::fr_<n>::<behaviour>`.
+//! `<configuration>::<variant>::<fr_n or dc_n>::<behaviour>`.
 
 mod rocketmq {
     mod reactor {

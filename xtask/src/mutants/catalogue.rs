@@ -7,6 +7,7 @@ use std::path::Path;
 
 use anyhow::{bail, Context, Result};
 use generator::Manifest;
+use ledger::Behaviour;
 use serde::Deserialize;
 
 pub const CATALOGUE: &str = "mutants/catalogue.yaml";
@@ -48,7 +49,7 @@ pub struct Patch {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Expectation {
     /// These behaviours must turn red.
-    Kills(BTreeSet<u32>),
+    Kills(BTreeSet<Behaviour>),
     /// It cannot be caught here, for this reason.
     Survives(String),
     /// The defect does not touch this configuration.
@@ -71,7 +72,7 @@ impl Mutant {
             return Expectation::Survives(reason.clone());
         }
         if let Some(behaviours) = self.kills.get(configuration).or_else(|| self.kills.get(transport)) {
-            return Expectation::Kills(behaviours.iter().map(|b| number(b).expect("validated at load")).collect());
+            return Expectation::Kills(behaviours.iter().map(|b| b.parse().expect("validated at load")).collect());
         }
         match self.survives.get(transport) {
             Some(reason) => Expectation::Survives(reason.clone()),
@@ -104,10 +105,6 @@ impl Mutant {
     }
 }
 
-fn number(behaviour: &str) -> Option<u32> {
-    behaviour.parse::<ledger::Behaviour>().ok().map(|b| b.0)
-}
-
 impl Catalogue {
     pub fn load(root: &Path, manifest: &Manifest) -> Result<Catalogue> {
         let path = root.join(CATALOGUE);
@@ -123,7 +120,7 @@ impl Catalogue {
     fn validate(&self, root: &Path, manifest: &Manifest) -> Result<()> {
         let mut places: BTreeSet<&str> = manifest.configuration_names().into_iter().collect();
         places.extend(manifest.transports().into_iter().map(|(transport, _)| transport));
-        let behaviours: BTreeSet<u32> = manifest.behaviour_ids().into_iter().map(|b| b.0).collect();
+        let behaviours: BTreeSet<Behaviour> = manifest.behaviour_ids().into_iter().collect();
         let mut ids = BTreeSet::new();
         for mutant in &self.mutants {
             if !ids.insert(&mutant.id) {
@@ -143,7 +140,7 @@ impl Catalogue {
                 }
             }
             for behaviour in mutant.kills.values().flatten() {
-                if !number(behaviour).is_some_and(|n| behaviours.contains(&n)) {
+                if !behaviour.parse::<Behaviour>().is_ok_and(|b| behaviours.contains(&b)) {
                     bail!("{CATALOGUE}: mutant {}: {behaviour:?} is not a behaviour of the manifest", mutant.id);
                 }
             }
@@ -201,8 +198,8 @@ survives: { memory: why not, sns-fifo: dedup }
     #[test]
     fn a_configuration_key_wins_over_its_transport() {
         let m = mutant(NACK);
-        assert_eq!(m.expectation("sqs", "sqs"), Expectation::Kills([16].into()));
-        assert_eq!(m.expectation("sqs", "sqs-fifo"), Expectation::Kills([2, 16].into()));
+        assert_eq!(m.expectation("sqs", "sqs"), Expectation::Kills([Behaviour::fr(16)].into()));
+        assert_eq!(m.expectation("sqs", "sqs-fifo"), Expectation::Kills([Behaviour::fr(2), Behaviour::fr(16)].into()));
         assert_eq!(m.expectation("sqs", "sns-fifo"), Expectation::Survives("dedup".into()));
         assert_eq!(m.expectation("memory", "memory"), Expectation::Survives("why not".into()));
         assert_eq!(m.expectation("gcp", "gcp-pull"), Expectation::NotApplicable);

@@ -8,6 +8,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use anyhow::{bail, Context, Result};
+use ledger::Behaviour;
 
 use super::catalogue::Mutant;
 
@@ -42,7 +43,7 @@ impl Verdict {
 pub struct Outcome {
     pub verdict: Verdict,
     /// The red cells, as `FR-<n>`, in behaviour order.
-    pub red: Vec<u32>,
+    pub red: Vec<Behaviour>,
     /// Survived: the expected cells that stayed green. Excused: the reason.
     pub note: String,
     pub commit: String,
@@ -55,8 +56,8 @@ const HEADER: &str =
     "# Mutation kill matrix: mutant, configuration, verdict, red cells, note, commit; tab-separated.\n\
 # Written by `cargo xtask mutants`; sorted; see ledger/MUTANTS.md.\n";
 
-fn frs(red: &[u32]) -> String {
-    red.iter().map(|n| format!("FR-{n}")).collect::<Vec<_>>().join(",")
+fn frs(red: &[Behaviour]) -> String {
+    red.iter().map(ToString::to_string).collect::<Vec<_>>().join(",")
 }
 
 pub fn load(path: &Path) -> Result<Results> {
@@ -73,8 +74,8 @@ pub fn load(path: &Path) -> Result<Results> {
         let red = red
             .split(',')
             .filter(|s| !s.is_empty())
-            .map(|b| b.parse::<ledger::Behaviour>().map(|b| b.0).map_err(|e| anyhow::anyhow!(problem(&e.to_string()))))
-            .collect::<Result<Vec<u32>>>()?;
+            .map(|b| b.parse::<Behaviour>().map_err(|e| anyhow::anyhow!(problem(&e.to_string()))))
+            .collect::<Result<Vec<Behaviour>>>()?;
         results.insert(
             (mutant.to_owned(), configuration.to_owned()),
             Outcome { verdict, red, note: note.to_owned(), commit: commit.to_owned() },

@@ -14,6 +14,7 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use generator::Manifest;
+use ledger::Behaviour;
 
 use crate::conformance::{self, Brokers};
 use crate::libtest::{self, TestResult};
@@ -37,7 +38,7 @@ pub struct Args {
 }
 
 /// (configuration, behaviour number) -> passed in both pump variants.
-type CellPasses = BTreeMap<(String, u32), bool>;
+type CellPasses = BTreeMap<(String, Behaviour), bool>;
 
 struct Transport {
     name: String,
@@ -111,13 +112,18 @@ fn measure(
     Ok(passes)
 }
 
-fn outcome(expectation: Expectation, red: Vec<u32>, healthy: &BTreeSet<u32>, commit: &str) -> Option<Outcome> {
+fn outcome(
+    expectation: Expectation,
+    red: Vec<Behaviour>,
+    healthy: &BTreeSet<Behaviour>,
+    commit: &str,
+) -> Option<Outcome> {
     let (verdict, note) = match expectation {
         Expectation::NotApplicable => return None,
         Expectation::Survives(reason) => (Verdict::Excused, reason),
         Expectation::Kills(expected) => {
-            let live: BTreeSet<u32> = expected.intersection(healthy).copied().collect();
-            let green: Vec<String> = live.iter().filter(|n| !red.contains(n)).map(|n| format!("FR-{n}")).collect();
+            let live: BTreeSet<Behaviour> = expected.intersection(healthy).copied().collect();
+            let green: Vec<String> = live.iter().filter(|n| !red.contains(n)).map(ToString::to_string).collect();
             if live.is_empty() {
                 (Verdict::Survived, "none of the expected cells passes on the healthy workspace".to_owned())
             } else if green.is_empty() {
@@ -202,10 +208,10 @@ pub fn run(args: &Args) -> Result<()> {
         let passes = measure(&scratch, &touched, &manifest, args.brokers, &mutant.id, mutant.limits())?;
         for transport in &touched {
             for configuration in &transport.configurations {
-                let was_green = |n: &u32| healthy.get(&(configuration.clone(), *n)) == Some(&true);
-                let healthy_cells: BTreeSet<u32> =
-                    manifest.behaviour_ids().iter().map(|b| b.0).filter(was_green).collect();
-                let red: Vec<u32> = healthy_cells
+                let was_green = |n: &Behaviour| healthy.get(&(configuration.clone(), *n)) == Some(&true);
+                let healthy_cells: BTreeSet<Behaviour> =
+                    manifest.behaviour_ids().into_iter().filter(was_green).collect();
+                let red: Vec<Behaviour> = healthy_cells
                     .iter()
                     .copied()
                     .filter(|n| passes.get(&(configuration.clone(), *n)) != Some(&true))

@@ -119,7 +119,7 @@ fn fabricated(
                     cell: cell.to_string(),
                     variant: variant.into(),
                     result: outcome.into(),
-                    duration_ms: 1_000 + behaviour.0 as u64 * 10 + index as u64,
+                    duration_ms: 1_000 + behaviour.number as u64 * 10 + index as u64,
                 });
             }
             results.push(CellResult { cell, reactor: result, proactor: result });
