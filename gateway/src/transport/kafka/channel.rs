@@ -1,7 +1,7 @@
-//! The consumer: a group member on one topic, with manual commits. Settling a record commits
-//! past it (acknowledge, reject, requeue) or seeks the group back to it (nack, a failed reject).
+//! The consumer: a group member on one topic, with manual commits. Settling a record (acknowledge,
+//! reject, requeue) commits past it once every earlier record of its partition is settled too
+//! (`offsets`); a nack or a failed reject seeks the group back to it.
 
-use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -10,6 +10,7 @@ use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
 use rdkafka::message::{Headers, Message as _, OwnedMessage};
 use rdkafka::{Offset, TopicPartitionList};
 
+use super::offsets::Offsets;
 use super::producer::KafkaProducer;
 use super::{broker_error, CALL_TIMEOUT};
 use crate::channel::Channel;
@@ -54,9 +55,9 @@ pub struct KafkaChannel {
     subscription: Subscription,
     router: KafkaProducer,
     warnings: ReaderWarnings,
-    /// Receipts of the records handed out and not yet settled: Kafka itself cannot tell a
-    /// second settlement from a first.
-    in_flight: Mutex<HashSet<String>>,
+    /// The records handed out, released and settled, by partition: Kafka itself cannot tell a
+    /// second settlement from a first, and its commit settles every earlier record too.
+    offsets: Mutex<Offsets>,
 }
 
 impl KafkaChannel {
@@ -67,26 +68,31 @@ impl KafkaChannel {
         router: KafkaProducer,
     ) -> KafkaChannel {
         let warnings = ReaderWarnings::new(&subscription.name);
-        KafkaChannel { runtime, consumer, subscription, router, warnings, in_flight: Mutex::new(HashSet::new()) }
+        KafkaChannel { runtime, consumer, subscription, router, warnings, offsets: Mutex::default() }
     }
 
-    fn in_flight(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
-        // Every update is one set call: a poisoned lock is still consistent.
-        self.in_flight.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    fn offsets(&self) -> std::sync::MutexGuard<'_, Offsets> {
+        // Every update is one call that cannot panic midway: a poisoned lock is still consistent.
+        self.offsets.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
+    /// The next record to hand out within `wait`: a record fetched again after a seek back that
+    /// is still held or already settled is passed over.
     async fn fetch(&self, wait: Duration) -> Result<Option<OwnedMessage>, ChannelError> {
-        let consumer = self.consumer.clone();
-        let received = self.runtime.call(async move {
-            tokio::time::timeout(wait, async { consumer.recv().await.map(|record| record.detach()) }).await
-        });
-        match received.await {
-            Err(_elapsed) => Ok(None),
-            Ok(Ok(record)) => {
-                self.in_flight().insert(receipt_of(&record));
-                Ok(Some(record))
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            let consumer = self.consumer.clone();
+            let received = self.runtime.call(async move {
+                tokio::time::timeout_at(deadline, async { consumer.recv().await.map(|record| record.detach()) }).await
+            });
+            match received.await {
+                Err(_elapsed) => return Ok(None),
+                Ok(Ok(record)) if self.offsets().fetched(record.partition(), record.offset()) => {
+                    return Ok(Some(record))
+                }
+                Ok(Ok(_passed_over)) => {}
+                Ok(Err(error)) => return Err(broker_error(self.name(), "receive", error)),
             }
-            Ok(Err(error)) => Err(broker_error(self.name(), "receive", error)),
         }
     }
 
@@ -94,19 +100,21 @@ impl KafkaChannel {
     fn take(&self, message: &Message, operation: &'static str) -> Result<(i32, i64), ChannelError> {
         let not_in_flight = || kit::not_in_flight(self.name(), operation, message);
         let receipt = message.receipt.as_deref().ok_or_else(not_in_flight)?;
-        let place = parse_receipt(receipt).ok_or_else(not_in_flight)?;
-        if self.in_flight().remove(receipt) {
-            Ok(place)
+        let (partition, offset) = parse_receipt(receipt).ok_or_else(not_in_flight)?;
+        if self.offsets().take(partition, offset) {
+            Ok((partition, offset))
         } else {
             Err(not_in_flight())
         }
     }
 
-    /// Commits the group's offset past the record at `place` (Kafka's acknowledgement).
-    async fn commit_past(&self, (partition, offset): (i32, i64), operation: &'static str) -> Result<(), ChannelError> {
+    /// Settles the record at `place` (Kafka's acknowledgement): commits the group's offset as far
+    /// as every record below it is settled, which may be not at all yet.
+    async fn settle(&self, (partition, offset): (i32, i64), operation: &'static str) -> Result<(), ChannelError> {
+        let Some(settled_to) = self.offsets().settled(partition, offset) else { return Ok(()) };
         let mut offsets = TopicPartitionList::new();
         offsets
-            .add_partition_offset(&self.subscription.routing_key, partition, Offset::Offset(offset + 1))
+            .add_partition_offset(&self.subscription.routing_key, partition, Offset::Offset(settled_to))
             .map_err(|e| broker_error(self.name(), operation, e))?;
         let consumer = self.consumer.clone();
         // A synchronous commit blocks its thread: off the runtime's workers.
@@ -162,14 +170,14 @@ impl Channel for KafkaChannel {
 
     async fn acknowledge(&self, message: &Message) -> Result<(), ChannelError> {
         let place = self.take(message, "acknowledge")?;
-        self.commit_past(place, "acknowledge").await
+        self.settle(place, "acknowledge").await
     }
 
     async fn reject(&self, message: &Message, rejection: Option<&Rejection>) -> Result<bool, ChannelError> {
         let place = self.take(message, "reject")?;
         let publish = async |topic: &str, copy: Message| self.router.publish_to(topic, &copy).await;
         let settle = async |after| match after {
-            AfterRouting::Acknowledge => self.commit_past(place, "reject").await,
+            AfterRouting::Acknowledge => self.settle(place, "reject").await,
             AfterRouting::Release => self.seek_back(place, "release after a failed reject").await,
         };
         kit::reject_by_forwarding(self.name(), &self.subscription, message, rejection, publish, settle).await
@@ -191,7 +199,7 @@ impl Channel for KafkaChannel {
             }
             return Err(error);
         }
-        self.commit_past(place, "requeue").await
+        self.settle(place, "requeue").await
     }
 
     /// Seeks back without committing: the same record comes again, as it was sent (a nack does
@@ -204,7 +212,7 @@ impl Channel for KafkaChannel {
     /// Leaves the group: another member is assigned the partition and reads on from the last
     /// committed offset, so every record not committed here is read again.
     async fn close(&self) -> Result<(), ChannelError> {
-        self.in_flight().clear();
+        self.offsets().clear();
         let consumer = self.consumer.clone();
         self.runtime
             .call(async move {

@@ -14,6 +14,7 @@
 
 mod channel;
 mod connection;
+mod offsets;
 mod producer;
 mod subscription;
 
