@@ -87,20 +87,18 @@ pub fn reader_subscription(destination: &str) -> Subscription {
 
 /// Builds one cell on `broker`: names, subscription, channel, then the dead-letter and invalid
 /// readers, producer, assertion, teardown and successor, in that order.
+/// In a peer process (see [`crate::peer`]) it builds nothing: it serves the peer's request on
+/// the requesting cell's subscription and ends the process.
 pub async fn build<B: CellBroker + ?Sized>(broker: &'static B, spec: CellSpec) -> Cell {
+    if let Some(request) = crate::peer::Request::from_environment() {
+        let plan = plan(broker, spec, &request.unique);
+        let channel = successor(broker, &plan)().await;
+        crate::peer::serve(&*channel, &request).await
+    }
     crate::fault::fail_first_attempt(&format!("{}-{}-{}", broker.configuration(), spec.behaviour, spec.variant));
     let unique = spec.unique_name(broker.configuration());
     let _step = step(|| format!("building the cell {unique}: its queues or topics, channels and producer"));
-    let names = broker.names(&unique);
-    let mut subscription =
-        Subscription::new(&names.subscription, &names.routing_key).with_requeue_count(spec.requeue_count);
-    if spec.dead_letter {
-        subscription = subscription.with_dead_letter(format!("{unique}-dlq{}", names.suffix));
-    }
-    if spec.invalid_channel {
-        subscription = subscription.with_invalid_message(format!("{unique}-invalid{}", names.suffix));
-    }
-    let plan = CellPlan { spec, names, subscription };
+    let plan = plan(broker, spec, &unique);
     let mut created = B::Created::default();
     // Watched: the ceiling names a hung call made on it by the test or its pump.
     let channel: Arc<dyn Channel> = Arc::new(Watched::new(broker.channel(&plan, &mut created).await));
@@ -115,6 +113,7 @@ pub async fn build<B: CellBroker + ?Sized>(broker: &'static B, spec: CellSpec) -
     let producer = broker.producer(&plan);
     let successor = successor(broker, &plan);
     CellParts {
+        unique,
         publish_topic: plan.names.publish_topic,
         subscription: plan.subscription,
         channel,
@@ -126,6 +125,20 @@ pub async fn build<B: CellBroker + ?Sized>(broker: &'static B, spec: CellSpec) -
         successor,
     }
     .into()
+}
+
+/// The names and subscription of the cell named `unique`.
+fn plan<B: CellBroker + ?Sized>(broker: &B, spec: CellSpec, unique: &str) -> CellPlan {
+    let names = broker.names(unique);
+    let mut subscription =
+        Subscription::new(&names.subscription, &names.routing_key).with_requeue_count(spec.requeue_count);
+    if spec.dead_letter {
+        subscription = subscription.with_dead_letter(format!("{unique}-dlq{}", names.suffix));
+    }
+    if spec.invalid_channel {
+        subscription = subscription.with_invalid_message(format!("{unique}-invalid{}", names.suffix));
+    }
+    CellPlan { spec, names, subscription }
 }
 
 /// A fresh channel on the plan's subscription, made as the cell's was but assuming what the cell

@@ -1,9 +1,10 @@
 //! One conformance cell's world: its subscription, channel, producer and rejection
 //! destinations under unique names, with the bounded polls and assertions templates use.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -85,6 +86,8 @@ pub trait Teardown: Send + Sync {
 
 /// What a provider hands back for a cell.
 pub struct CellParts {
+    /// The cell's unique name ([`CellSpec::unique_name`]), from which its broker derives its names.
+    pub unique: String,
     pub subscription: Subscription,
     /// The routing key messages are published to (a queue, or a topic feeding the queue).
     pub publish_topic: String,
@@ -99,6 +102,10 @@ pub struct CellParts {
 
 pub struct Cell {
     parts: CellParts,
+    /// The consumer the cell's steps use: the channel it was built with, until a [`Cell::restart`].
+    consumer: Mutex<Arc<dyn Channel>>,
+    /// Second consumers made by [`Cell::competitor`], closed before settlement is watched.
+    competitors: Mutex<Vec<Arc<dyn Channel>>>,
 }
 
 /// Receives until the message with `id` arrives or `ceiling` passes, polling every
@@ -145,15 +152,85 @@ impl From<CellParts> for Cell {
 
 impl Cell {
     pub fn new(parts: CellParts) -> Cell {
-        Cell { parts }
+        let consumer = Mutex::new(parts.channel.clone());
+        Cell { parts, consumer, competitors: Mutex::default() }
     }
 
     pub fn subscription(&self) -> &Subscription {
         &self.parts.subscription
     }
 
+    /// The cell's consumer: the channel it was built with, or the one that replaced it at the
+    /// last [`Cell::restart`].
     pub fn channel(&self) -> Arc<dyn Channel> {
-        self.parts.channel.clone()
+        self.consumer.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// The consumer restarts, as a process that stops and starts again: the cell's channel is
+    /// closed (what it holds unsettled goes back to the broker, at once or when its lease lapses)
+    /// and a fresh channel on the same subscription, made as a new process would make it,
+    /// becomes the cell's channel.
+    pub async fn restart(&self) {
+        let old = self.channel();
+        let closing = step(|| format!("closing {} to restart its consumer", old.name()));
+        old.close().await.unwrap_or_else(|e| panic!("closing {} failed: {e}", old.name()));
+        drop(closing);
+        let _opening = step(|| format!("a fresh channel on {} (the restarted consumer)", old.name()));
+        let fresh = (self.parts.successor)().await;
+        *self.consumer.lock().unwrap_or_else(|p| p.into_inner()) = fresh;
+    }
+
+    /// A second consumer of the cell's subscription on a channel of its own (as another pod
+    /// would run), closed by [`Cell::assert_source_settled`].
+    pub async fn competitor(&self) -> Arc<dyn Channel> {
+        let _step = step(|| format!("a second consumer on {}", self.parts.channel.name()));
+        let competitor = (self.parts.successor)().await;
+        self.competitors.lock().unwrap_or_else(|p| p.into_inner()).push(competitor.clone());
+        competitor
+    }
+
+    /// Another process (this test binary run again as a peer, see [`crate::peer`]) receives `id`
+    /// on the cell's subscription and releases it `releases` times, then exits; returns the
+    /// handled counts it was presented. `test` is the cell's test path
+    /// (`concat!(module_path!(), "::<fn>")`), which the peer runs.
+    pub async fn release_elsewhere(&self, test: &'static str, id: &str, releases: u32) -> Vec<u32> {
+        let _step = step(|| format!("another process releasing {id} {releases} times"));
+        let (unique, id) = (self.parts.unique.clone(), id.to_owned());
+        tokio::task::spawn_blocking(move || crate::peer::release_elsewhere(test, &unique, &id, releases))
+            .await
+            .unwrap_or_else(|panicked| std::panic::resume_unwind(panicked.into_panic()))
+    }
+
+    /// Receives until each of `ids` has arrived once, holding them all unsettled, within
+    /// `ceiling`; returns them in the order of `ids`. Anything else arriving, or one of them
+    /// arriving twice, fails the test: the cell's subscription carries only the cell's messages.
+    pub async fn receive_each(&self, ids: &[&str], ceiling: Duration) -> Vec<Message> {
+        let channel = self.channel();
+        let _step =
+            step(|| format!("{} to arrive on {} (polling for up to {ceiling:?})", ids.join(", "), channel.name()));
+        let deadline = Instant::now() + ceiling;
+        let mut held: BTreeMap<String, Message> = BTreeMap::new();
+        while held.len() < ids.len() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                let missing: Vec<&str> = ids.iter().copied().filter(|id| !held.contains_key(*id)).collect();
+                panic!("{} did not arrive on {} within {ceiling:?}", missing.join(", "), channel.name());
+            }
+            match channel.receive(left.min(POLL_INTERVAL)).await {
+                Ok(Some(message)) if held.contains_key(message.id()) => {
+                    panic!("{} arrived on {} a second time while held unsettled", message.id(), channel.name())
+                }
+                Ok(Some(message)) if ids.contains(&message.id()) => {
+                    held.insert(message.id().to_owned(), message);
+                }
+                Ok(Some(other)) => {
+                    panic!("{} arrived on {}; expected only {}", other.id(), channel.name(), ids.join(", "))
+                }
+                Ok(None) => {}
+                Err(error) => panic!("receive on {} failed: {error}", channel.name()),
+            }
+        }
+        ids.iter().map(|id| held.remove(*id).expect("every id was held")).collect()
     }
 
     /// A message of the shape every behaviour sends: a JSON body, a correlation id, a partition
@@ -193,7 +270,7 @@ impl Cell {
     }
 
     pub async fn receive_within(&self, id: &str, ceiling: Duration) -> Option<Message> {
-        poll_for(&*self.parts.channel, id, ceiling, || {}).await
+        poll_for(&*self.channel(), id, ceiling, || {}).await
     }
 
     fn destination(&self, invalid: bool) -> &dyn Channel {
@@ -246,16 +323,18 @@ impl Cell {
         [first, again]
     }
 
-    /// The cell's messages are settled: the cell's channel is closed (what it holds unsettled
-    /// goes back to the broker, as when a consumer stops), then a fresh channel on the same
-    /// subscription receives nothing for `window`. Closing is what shows an unsettled message on
-    /// a broker without a lease, which leaves a delivery with the open channel holding it. The
-    /// cell's channel is not used afterwards.
+    /// The cell's messages are settled: the cell's channel and every competitor are closed
+    /// (what they hold unsettled goes back to the broker, as when a consumer stops), then a fresh
+    /// channel on the same subscription receives nothing for `window`. Closing is what shows an
+    /// unsettled message on a broker without a lease, which leaves a delivery with the open
+    /// channel holding it. The cell's channels are not used afterwards.
     pub async fn assert_source_settled(&self, window: Duration) {
-        let channel = &self.parts.channel;
-        let closing = step(|| format!("closing {}", channel.name()));
-        channel.close().await.unwrap_or_else(|e| panic!("closing {} failed: {e}", channel.name()));
-        drop(closing);
+        let competitors = std::mem::take(&mut *self.competitors.lock().unwrap_or_else(|p| p.into_inner()));
+        for channel in competitors.iter().chain([&self.channel()]) {
+            let _closing = step(|| format!("closing {}", channel.name()));
+            channel.close().await.unwrap_or_else(|e| panic!("closing {} failed: {e}", channel.name()));
+        }
+        let channel = self.channel();
         let opening = step(|| format!("a fresh channel on {}", channel.name()));
         let fresh = (self.parts.successor)().await;
         drop(opening);
@@ -295,7 +374,6 @@ impl Cell {
 /// The Reactor's view of a cell: the same operations, blocking.
 pub struct BlockingCell {
     cell: Cell,
-    channel: Arc<dyn BlockingChannel>,
 }
 
 fn block<F: Future>(future: F) -> F::Output {
@@ -304,16 +382,32 @@ fn block<F: Future>(future: F) -> F::Output {
 
 impl BlockingCell {
     pub fn new(cell: Cell) -> BlockingCell {
-        let channel: Arc<dyn BlockingChannel> = Arc::new(Blocking::new(cell.channel()));
-        BlockingCell { cell, channel }
+        BlockingCell { cell }
     }
 
     pub fn subscription(&self) -> &Subscription {
         self.cell.subscription()
     }
 
+    /// The cell's consumer, blocking (made anew after a [`BlockingCell::restart`]).
     pub fn channel(&self) -> Arc<dyn BlockingChannel> {
-        self.channel.clone()
+        Arc::new(Blocking::new(self.cell.channel()))
+    }
+
+    pub fn restart(&self) {
+        block(self.cell.restart())
+    }
+
+    pub fn competitor(&self) -> Arc<dyn BlockingChannel> {
+        Arc::new(Blocking::new(block(self.cell.competitor())))
+    }
+
+    pub fn release_elsewhere(&self, test: &'static str, id: &str, releases: u32) -> Vec<u32> {
+        block(self.cell.release_elsewhere(test, id, releases))
+    }
+
+    pub fn receive_each(&self, ids: &[&str], ceiling: Duration) -> Vec<Message> {
+        block(self.cell.receive_each(ids, ceiling))
     }
 
     pub fn message(&self) -> Message {

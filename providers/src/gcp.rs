@@ -59,20 +59,13 @@ fn broker() -> &'static Broker {
     static BROKER: OnceLock<Broker> = OnceLock::new();
     BROKER.get_or_init(|| {
         let running = source::start(&definition());
-        let endpoint = match (&running, running.loopback_address()) {
-            (Running::Env(host), _) => format!("http://{host}"),
-            (_, Some(address)) => format!("http://{address}"),
-            (_, None) => unreachable!("a started broker has a loopback address"),
-        };
+        // PUBSUB_EMULATOR_HOST's form, host:port; the client takes a URL.
+        let host = running.endpoint(|address| address.to_owned());
+        let endpoint = format!("http://{host}");
         let connection =
             GcpConnection::emulator(&endpoint, PROJECT).unwrap_or_else(|e| crate::broker::fatal("gcp", &e));
         let probe = connection.clone();
-        source::require_answer(
-            "gcp",
-            &running,
-            &endpoint,
-            async move { probe.create_topic("conformance-probe").await },
-        );
+        source::require_answer("gcp", &running, &host, async move { probe.create_topic("conformance-probe").await });
         Broker { connection, _running: running }
     })
 }

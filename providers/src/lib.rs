@@ -21,6 +21,7 @@ pub mod local;
 pub mod memory;
 #[cfg(feature = "mqtt")]
 pub mod mqtt;
+pub mod peer;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 #[cfg(feature = "rabbitmq")]

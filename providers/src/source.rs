@@ -172,6 +172,7 @@ pub fn start(definition: &Definition) -> Running {
     let transport = definition.transport;
     let endpoint = std::env::var(definition.endpoint_variable).ok().filter(|v| !v.is_empty());
     let choice = Choice::from_environment(transport);
+    crate::peer::record_variable(transport, definition.endpoint_variable);
     let started = Instant::now();
     let (running, detail) = resolve(definition, choice, endpoint).unwrap_or_else(|error| fatal(transport, &error));
     let source = running.source();
@@ -254,10 +255,12 @@ pub fn require_answer<T: Send + 'static, E: std::fmt::Display>(
     })
     .join()
     .unwrap_or_else(|_| Err("the probe panicked".to_owned()));
-    answer.unwrap_or_else(|cause| {
+    let answered = answer.unwrap_or_else(|cause| {
         let error = SourceError::Unreachable { from: running.source(), endpoint: endpoint.to_owned(), cause };
         fatal(transport, &error)
-    })
+    });
+    crate::peer::record_endpoint(transport, endpoint);
+    answered
 }
 
 #[cfg(feature = "containers")]
