@@ -51,6 +51,11 @@ pub struct ConfigurationEntry {
     /// (a streaming client that extends leases for a while), in ms.
     #[serde(default)]
     pub latest_lapse_ms: Option<u64>,
+    /// The broker settles by one committed position per partition (Kafka's offsets): a message
+    /// acknowledged above an unsettled one is delivered again after the consumer restarts, as
+    /// the broker documents (at least once). DC-5 then accepts that one redelivery.
+    #[serde(default)]
+    pub cumulative_commit: bool,
     /// The slowest measured time from a nack or a zero-delay requeue to the redelivery's arrival
     /// through a cell, in ms (BENCHMARKS.md, "Redelivery latency").
     pub redelivery_ms: u64,

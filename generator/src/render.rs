@@ -144,6 +144,7 @@ fn test_context(
     context.insert("ignore", &ignore_literal(ledger.get(&cell)));
     context.insert("counter", configuration.counter.name());
     context.insert("lease_ms", &configuration.lease_ms);
+    context.insert("cumulative_commit", &configuration.cumulative_commit);
     context.insert("bounds", &configuration.bounds().expect("validated at load"));
     debug_assert!(manifest.variants.iter().any(|v| v == variant));
     context

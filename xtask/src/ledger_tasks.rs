@@ -19,7 +19,7 @@ pub enum LedgerTask {
     Show,
     /// Defer a cell with a reference and a reason; its tests become ignored
     Defer {
-        /// The cell, as CONFIGURATION/FR-N (e.g. sqs/FR-9)
+        /// The cell, as CONFIGURATION/FR-N or CONFIGURATION/DC-N (e.g. sqs/FR-9)
         cell: CellId,
         /// An issue or ADR clause (e.g. #4, ADR-0077 R-11)
         #[arg(long = "ref")]

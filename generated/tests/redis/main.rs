@@ -7,6 +7,11 @@
 
 mod redis_streams {
     mod reactor {
+        mod dc_1;
+        mod dc_2;
+        mod dc_3;
+        mod dc_4;
+        mod dc_5;
         mod fr_15;
         mod fr_16;
         mod fr_17;
@@ -21,6 +26,11 @@ mod redis_streams {
         mod fr_9;
     }
     mod proactor {
+        mod dc_1;
+        mod dc_2;
+        mod dc_3;
+        mod dc_4;
+        mod dc_5;
         mod fr_15;
         mod fr_16;
         mod fr_17;

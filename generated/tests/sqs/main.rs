@@ -7,6 +7,11 @@
 
 mod sqs {
     mod reactor {
+        mod dc_1;
+        mod dc_2;
+        mod dc_3;
+        mod dc_4;
+        mod dc_5;
         mod fr_15;
         mod fr_16;
         mod fr_17;
@@ -21,6 +26,11 @@ mod sqs {
         mod fr_9;
     }
     mod proactor {
+        mod dc_1;
+        mod dc_2;
+        mod dc_3;
+        mod dc_4;
+        mod dc_5;
         mod fr_15;
         mod fr_16;
         mod fr_17;
@@ -38,6 +48,11 @@ mod sqs {
 
 mod sqs_fifo {
     mod reactor {
+        mod dc_1;
+        mod dc_2;
+        mod dc_3;
+        mod dc_4;
+        mod dc_5;
         mod fr_15;
         mod fr_16;
         mod fr_17;
@@ -52,6 +67,11 @@ mod sqs_fifo {
         mod fr_9;
     }
     mod proactor {
+        mod dc_1;
+        mod dc_2;
+        mod dc_3;
+        mod dc_4;
+        mod dc_5;
         mod fr_15;
         mod fr_16;
         mod fr_17;
@@ -69,6 +89,11 @@ mod sqs_fifo {
 
 mod sns {
     mod reactor {
+        mod dc_1;
+        mod dc_2;
+        mod dc_3;
+        mod dc_4;
+        mod dc_5;
         mod fr_15;
         mod fr_16;
         mod fr_17;
@@ -83,6 +108,11 @@ mod sns {
         mod fr_9;
     }
     mod proactor {
+        mod dc_1;
+        mod dc_2;
+        mod dc_3;
+        mod dc_4;
+        mod dc_5;
         mod fr_15;
         mod fr_16;
         mod fr_17;
@@ -100,6 +130,11 @@ mod sns {
 
 mod sns_fifo {
     mod reactor {
+        mod dc_1;
+        mod dc_2;
+        mod dc_3;
+        mod dc_4;
+        mod dc_5;
         mod fr_15;
         mod fr_16;
         mod fr_17;
@@ -114,6 +149,11 @@ mod sns_fifo {
         mod fr_9;
     }
     mod proactor {
+        mod dc_1;
+        mod dc_2;
+        mod dc_3;
+        mod dc_4;
+        mod dc_5;
         mod fr_15;
         mod fr_16;
         mod fr_17;
