@@ -27,7 +27,10 @@ const ARRIVAL: Duration = Duration::from_secs(30);
 
 /// Each transport's endpoint variable (from `source::start`) and the endpoint its broker
 /// answered on (from `source::require_answer`): what a peer is told to use.
-static ENDPOINTS: Mutex<BTreeMap<String, (Option<&'static str>, Option<String>)>> = Mutex::new(BTreeMap::new());
+static ENDPOINTS: Mutex<BTreeMap<String, Endpoint>> = Mutex::new(BTreeMap::new());
+
+/// A transport's endpoint variable and the value its broker answered on, as far as known.
+type Endpoint = (Option<&'static str>, Option<String>);
 
 pub(crate) fn record_variable(transport: &str, variable: &'static str) {
     ENDPOINTS.lock().unwrap_or_else(|p| p.into_inner()).entry(transport.to_owned()).or_default().0 = Some(variable);
