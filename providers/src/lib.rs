@@ -54,7 +54,7 @@ pub use mqtt::mqtt;
 pub use postgres::postgres;
 #[cfg(feature = "rabbitmq")]
 pub use rabbitmq::{rabbitmq, rabbitmq_quorum};
-pub use recording::AlwaysDefers;
+pub use recording::{AlwaysDefers, HoldsThenDefers};
 #[cfg(feature = "redis")]
 pub use redis::redis_streams;
 #[cfg(feature = "rocketmq")]

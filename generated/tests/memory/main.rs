@@ -12,6 +12,7 @@ mod memory {
         mod dc_3;
         mod dc_4;
         mod dc_5;
+        mod dc_6;
         mod fr_15;
         mod fr_16;
         mod fr_17;
@@ -31,6 +32,7 @@ mod memory {
         mod dc_3;
         mod dc_4;
         mod dc_5;
+        mod dc_6;
         mod fr_15;
         mod fr_16;
         mod fr_17;

@@ -12,6 +12,7 @@ mod sqs {
         mod dc_3;
         mod dc_4;
         mod dc_5;
+        mod dc_6;
         mod fr_15;
         mod fr_16;
         mod fr_17;
@@ -31,6 +32,7 @@ mod sqs {
         mod dc_3;
         mod dc_4;
         mod dc_5;
+        mod dc_6;
         mod fr_15;
         mod fr_16;
         mod fr_17;
@@ -53,6 +55,7 @@ mod sqs_fifo {
         mod dc_3;
         mod dc_4;
         mod dc_5;
+        mod dc_6;
         mod fr_15;
         mod fr_16;
         mod fr_17;
@@ -72,6 +75,7 @@ mod sqs_fifo {
         mod dc_3;
         mod dc_4;
         mod dc_5;
+        mod dc_6;
         mod fr_15;
         mod fr_16;
         mod fr_17;
@@ -94,6 +98,7 @@ mod sns {
         mod dc_3;
         mod dc_4;
         mod dc_5;
+        mod dc_6;
         mod fr_15;
         mod fr_16;
         mod fr_17;
@@ -113,6 +118,7 @@ mod sns {
         mod dc_3;
         mod dc_4;
         mod dc_5;
+        mod dc_6;
         mod fr_15;
         mod fr_16;
         mod fr_17;
@@ -135,6 +141,7 @@ mod sns_fifo {
         mod dc_3;
         mod dc_4;
         mod dc_5;
+        mod dc_6;
         mod fr_15;
         mod fr_16;
         mod fr_17;
@@ -154,6 +161,7 @@ mod sns_fifo {
         mod dc_3;
         mod dc_4;
         mod dc_5;
+        mod dc_6;
         mod fr_15;
         mod fr_16;
         mod fr_17;
