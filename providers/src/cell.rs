@@ -193,10 +193,11 @@ impl Cell {
     /// on the cell's subscription and releases it `releases` times, then exits; returns the
     /// handled counts it was presented. `test` is the cell's test path
     /// (`concat!(module_path!(), "::<fn>")`), which the peer runs.
-    pub async fn release_elsewhere(&self, test: &'static str, id: &str, releases: u32) -> Vec<u32> {
-        let _step = step(|| format!("another process releasing {id} {releases} times"));
+    pub async fn release_elsewhere(&self, test: &'static str, id: &str, releases: u32, arrival: Duration) -> Vec<u32> {
+        let _step =
+            step(|| format!("another process releasing {id} {releases} times (each arriving within {arrival:?})"));
         let (unique, id) = (self.parts.unique.clone(), id.to_owned());
-        tokio::task::spawn_blocking(move || crate::peer::release_elsewhere(test, &unique, &id, releases))
+        tokio::task::spawn_blocking(move || crate::peer::release_elsewhere(test, &unique, &id, releases, arrival))
             .await
             .unwrap_or_else(|panicked| std::panic::resume_unwind(panicked.into_panic()))
     }
@@ -402,8 +403,8 @@ impl BlockingCell {
         Arc::new(Blocking::new(block(self.cell.competitor())))
     }
 
-    pub fn release_elsewhere(&self, test: &'static str, id: &str, releases: u32) -> Vec<u32> {
-        block(self.cell.release_elsewhere(test, id, releases))
+    pub fn release_elsewhere(&self, test: &'static str, id: &str, releases: u32, arrival: Duration) -> Vec<u32> {
+        block(self.cell.release_elsewhere(test, id, releases, arrival))
     }
 
     pub fn receive_each(&self, ids: &[&str], ceiling: Duration) -> Vec<Message> {

@@ -16,14 +16,11 @@ use std::time::Duration;
 
 use gateway::Channel;
 
-/// Asks a started binary to be a peer: `<unique cell name>\t<message id>\t<releases>`.
+/// Asks a started binary to be a peer: `<unique cell name>\t<message id>\t<releases>\t<arrival ms>`.
 pub const VARIABLE: &str = "CONFORMANCE_PEER";
 
 /// The peer's report on stdout: `peer presented <count>,<count>,…`.
 const REPORT: &str = "peer presented ";
-
-/// How long the peer waits for the message to arrive.
-const ARRIVAL: Duration = Duration::from_secs(30);
 
 /// Each transport's endpoint variable (from `source::start`) and the endpoint its broker
 /// answered on (from `source::require_answer`): what a peer is told to use.
@@ -47,22 +44,31 @@ pub struct Request {
     pub unique: String,
     pub id: String,
     pub releases: u32,
+    /// How long the peer waits for each arrival: the cell's own bound for a ready message to be
+    /// served (a fixed wait would make a transport that never serves a second process, as a
+    /// Kafka group pinning its one partition, cost the same long wait on every run).
+    pub arrival: Duration,
 }
 
 impl Request {
     fn encode(&self) -> String {
-        format!("{}\t{}\t{}", self.unique, self.id, self.releases)
+        format!("{}\t{}\t{}\t{}", self.unique, self.id, self.releases, self.arrival.as_millis())
     }
 
     fn decode(value: &str) -> Result<Request, String> {
         let fields: Vec<&str> = value.split('\t').collect();
-        let [unique, id, releases] = fields[..] else {
-            return Err(format!("{VARIABLE}={value:?}: expected <unique cell name>\\t<message id>\\t<releases>"));
+        let [unique, id, releases, arrival] = fields[..] else {
+            return Err(format!(
+                "{VARIABLE}={value:?}: expected <unique cell name>\\t<message id>\\t<releases>\\t<arrival ms>"
+            ));
         };
-        let releases = releases
-            .parse()
-            .map_err(|_| format!("{VARIABLE}={value:?}: releases {releases:?} is not a whole number"))?;
-        Ok(Request { unique: unique.to_owned(), id: id.to_owned(), releases })
+        let whole = |name: &str, field: &str| -> Result<u64, String> {
+            field.parse().map_err(|_| format!("{VARIABLE}={value:?}: {name} {field:?} is not a whole number"))
+        };
+        let releases = u32::try_from(whole("releases", releases)?)
+            .map_err(|_| format!("{VARIABLE}={value:?}: releases {releases:?} is too large"))?;
+        let arrival = Duration::from_millis(whole("arrival ms", arrival)?);
+        Ok(Request { unique: unique.to_owned(), id: id.to_owned(), releases, arrival })
     }
 
     /// The request this process was started with, if it is a peer.
@@ -88,11 +94,12 @@ fn shared_broker() -> Result<(&'static str, String), String> {
 }
 
 /// Runs `test` (its path in this binary) in another process as a peer that receives `id` on
-/// the cell named `unique` and releases it `releases` times; returns the handled counts the
-/// peer was presented, in order. Panics with the peer's output when it fails.
-pub fn release_elsewhere(test: &str, unique: &str, id: &str, releases: u32) -> Vec<u32> {
+/// the cell named `unique`, each time within `arrival`, and releases it `releases` times;
+/// returns the handled counts the peer was presented, in order. Panics with the peer's output
+/// when it fails.
+pub fn release_elsewhere(test: &str, unique: &str, id: &str, releases: u32, arrival: Duration) -> Vec<u32> {
     let (variable, endpoint) = shared_broker().unwrap_or_else(|problem| panic!("{problem}"));
-    let request = Request { unique: unique.to_owned(), id: id.to_owned(), releases };
+    let request = Request { unique: unique.to_owned(), id: id.to_owned(), releases, arrival };
     let executable = std::env::current_exe().expect("the test binary's path");
     // The path within the binary: module_path!() starts with the binary's crate name.
     let test = test.split_once("::").map_or(test, |(_, path)| path);
@@ -134,7 +141,7 @@ pub fn release_elsewhere(test: &str, unique: &str, id: &str, releases: u32) -> V
 pub(crate) async fn serve(channel: &dyn Channel, request: &Request) -> ! {
     let mut presented = Vec::new();
     for _ in 0..request.releases {
-        let message = receive(channel, &request.id).await;
+        let message = receive(channel, &request.id, request.arrival).await;
         presented.push(message.header.handled_count.to_string());
         channel.nack(&message).await.unwrap_or_else(|e| panic!("the peer's nack of {} failed: {e}", request.id));
     }
@@ -143,8 +150,8 @@ pub(crate) async fn serve(channel: &dyn Channel, request: &Request) -> ! {
     std::process::exit(0)
 }
 
-async fn receive(channel: &dyn Channel, id: &str) -> gateway::Message {
-    let deadline = tokio::time::Instant::now() + ARRIVAL;
+async fn receive(channel: &dyn Channel, id: &str, arrival: Duration) -> gateway::Message {
+    let deadline = tokio::time::Instant::now() + arrival;
     while tokio::time::Instant::now() < deadline {
         match channel.receive(crate::POLL_INTERVAL).await {
             Ok(Some(message)) if message.id() == id => return message,
@@ -155,7 +162,7 @@ async fn receive(channel: &dyn Channel, id: &str) -> gateway::Message {
             Err(error) => panic!("the peer's receive on {} failed: {error}", channel.name()),
         }
     }
-    panic!("{id} did not arrive at the peer on {} within {ARRIVAL:?}", channel.name())
+    panic!("{id} did not arrive at the peer on {} within {arrival:?}", channel.name())
 }
 
 #[cfg(test)]
@@ -164,11 +171,18 @@ mod tests {
 
     #[test]
     fn requests_round_trip_and_bad_ones_name_the_form() {
-        let request = Request { unique: "sqs-dc-4-reactor-1a2b3c4d".into(), id: "m-1".into(), releases: 2 };
+        let request = Request {
+            unique: "sqs-dc-4-reactor-1a2b3c4d".into(),
+            id: "m-1".into(),
+            releases: 2,
+            arrival: Duration::from_millis(10_500),
+        };
         assert_eq!(Request::decode(&request.encode()), Ok(request));
         let error = Request::decode("a\tb").unwrap_err();
         assert!(error.contains("expected <unique cell name>"), "{error}");
-        let error = Request::decode("a\tb\ttwo").unwrap_err();
+        let error = Request::decode("a\tb\ttwo\t10").unwrap_err();
         assert!(error.contains("releases \"two\""), "{error}");
+        let error = Request::decode("a\tb\t1\tsoon").unwrap_err();
+        assert!(error.contains("arrival ms \"soon\""), "{error}");
     }
 }
