@@ -8,8 +8,8 @@ use async_trait::async_trait;
 use rumqttc::Publish;
 use tokio::sync::mpsc;
 
-use super::connection::Session;
 use super::producer::MqttProducer;
+use super::session::Session;
 use super::{broker_error, envelope, requeue_topic, NO_DELAY};
 use crate::channel::Channel;
 use crate::error::{ChannelError, ErrorKind};

@@ -25,6 +25,7 @@ mod channel;
 mod connection;
 mod envelope;
 mod producer;
+mod session;
 
 pub use channel::MqttChannel;
 pub use connection::MqttConnection;

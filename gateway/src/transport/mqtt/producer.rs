@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use rumqttc::{Event, MqttOptions, Outgoing, Packet, QoS};
 use tokio::sync::{mpsc, Mutex};
 
-use super::connection::{open_session, Session};
+use super::session::{open_session, Session};
 use super::{broker_error, envelope, NO_DELAY};
 use crate::channel::Producer;
 use crate::error::{ChannelError, ErrorKind};
