@@ -56,6 +56,11 @@ pub struct ConfigurationEntry {
     /// the broker documents (at least once). DC-5 then accepts that one redelivery.
     #[serde(default)]
     pub cumulative_commit: bool,
+    /// The transport gives a subscription one consumer at a time and refuses a second while the
+    /// first is open (MQTT 3.1.1's one connection per session). DC-3 then proves the refusal and
+    /// the one consumer's budget instead of two pumps sharing it.
+    #[serde(default)]
+    pub single_consumer: bool,
     /// The slowest measured time from a nack or a zero-delay requeue to the redelivery's arrival
     /// through a cell, in ms (BENCHMARKS.md, "Redelivery latency").
     pub redelivery_ms: u64,

@@ -145,6 +145,7 @@ fn test_context(
     context.insert("counter", configuration.counter.name());
     context.insert("lease_ms", &configuration.lease_ms);
     context.insert("cumulative_commit", &configuration.cumulative_commit);
+    context.insert("single_consumer", &configuration.single_consumer);
     context.insert("bounds", &configuration.bounds().expect("validated at load"));
     debug_assert!(manifest.variants.iter().any(|v| v == variant));
     context

@@ -8,7 +8,7 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use gateway::{Channel, MakeChannels, Producer, Subscription};
+use gateway::{Channel, ChannelError, MakeChannels, Producer, Subscription};
 
 use crate::assertion::{FullHeader, MessageAssertion};
 use crate::ceiling::{step, Watched};
@@ -62,6 +62,12 @@ pub trait CellBroker: Send + Sync {
     /// The cell's channel on `plan.subscription`, with the cells' lease.
     async fn channel(&self, plan: &CellPlan, created: &mut Self::Created) -> Arc<dyn Channel>;
 
+    /// Another channel on `plan.subscription` (which exists already), or why the transport
+    /// refuses one while a channel of it is open; only such a transport overrides this.
+    async fn try_channel(&self, plan: &CellPlan) -> Result<Arc<dyn Channel>, ChannelError> {
+        Ok(self.channel(plan, &mut Self::Created::default()).await)
+    }
+
     /// A reader of the rejection destination `destination` (see [`reader_subscription`]).
     async fn reader(&self, destination: &str, created: &mut Self::Created) -> Arc<dyn Channel>;
 
@@ -92,7 +98,7 @@ pub fn reader_subscription(destination: &str) -> Subscription {
 pub async fn build<B: CellBroker + ?Sized>(broker: &'static B, spec: CellSpec) -> Cell {
     if let Some(request) = crate::peer::Request::from_environment() {
         let plan = plan(broker, spec, &request.unique);
-        let channel = successor(broker, &plan)().await;
+        let channel = successor(broker, &plan)().await.unwrap_or_else(|e| panic!("the peer's channel: {e}"));
         crate::peer::serve(&*channel, &request).await
     }
     crate::fault::fail_first_attempt(&format!("{}-{}-{}", broker.configuration(), spec.behaviour, spec.variant));
@@ -149,8 +155,8 @@ fn successor<B: CellBroker + ?Sized>(broker: &'static B, plan: &CellPlan) -> Suc
     Box::new(move || {
         let plan = plan.clone();
         Box::pin(async move {
-            let channel = broker.channel(&plan, &mut B::Created::default()).await;
-            Arc::new(Watched::new(channel)) as Arc<dyn Channel>
+            let channel = broker.try_channel(&plan).await?;
+            Ok(Arc::new(Watched::new(channel)) as Arc<dyn Channel>)
         })
     })
 }

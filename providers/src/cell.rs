@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use gateway::blocking::runtime;
-use gateway::{Blocking, BlockingChannel, Channel, Message, MessageType, Producer, Subscription};
+use gateway::{Blocking, BlockingChannel, Channel, ChannelError, Message, MessageType, Producer, Subscription};
 
 use crate::assertion::MessageAssertion;
 use crate::ceiling::step;
@@ -76,7 +76,10 @@ impl CellSpec {
 
 /// Makes a fresh channel on the cell's subscription, creating nothing (the broker has it all):
 /// the consumer a restarted process would be.
-pub type Successor = Box<dyn Fn() -> std::pin::Pin<Box<dyn Future<Output = Arc<dyn Channel>> + Send>> + Send + Sync>;
+/// Opens another channel on the cell's subscription, or says why the transport refuses one.
+pub type Successor = Box<
+    dyn Fn() -> std::pin::Pin<Box<dyn Future<Output = Result<Arc<dyn Channel>, ChannelError>> + Send>> + Send + Sync,
+>;
 
 /// Releases what a provider created for a cell.
 #[async_trait]
@@ -176,7 +179,7 @@ impl Cell {
         old.close().await.unwrap_or_else(|e| panic!("closing {} failed: {e}", old.name()));
         drop(closing);
         let _opening = step(|| format!("a fresh channel on {} (the restarted consumer)", old.name()));
-        let fresh = (self.parts.successor)().await;
+        let fresh = self.successor().await;
         *self.consumer.lock().unwrap_or_else(|p| p.into_inner()) = fresh;
     }
 
@@ -184,9 +187,30 @@ impl Cell {
     /// would run), closed by [`Cell::assert_source_settled`].
     pub async fn competitor(&self) -> Arc<dyn Channel> {
         let _step = step(|| format!("a second consumer on {}", self.parts.channel.name()));
-        let competitor = (self.parts.successor)().await;
+        let competitor = self.successor().await;
         self.competitors.lock().unwrap_or_else(|p| p.into_inner()).push(competitor.clone());
         competitor
+    }
+
+    /// A second consumer of the cell's subscription, opened while the cell's channel is open, must
+    /// be refused (a transport that gives a subscription one consumer at a time); returns the
+    /// refusal.
+    pub async fn refused_competitor(&self) -> ChannelError {
+        let _step = step(|| format!("a second consumer on {}, to be refused", self.parts.channel.name()));
+        match (self.parts.successor)().await {
+            Err(refusal) => refusal,
+            Ok(competitor) => {
+                let _ = competitor.close().await;
+                panic!("a second consumer of {} was opened while the cell's consumer holds it", competitor.name())
+            }
+        }
+    }
+
+    /// Another channel on the cell's subscription; a refusal fails the test.
+    async fn successor(&self) -> Arc<dyn Channel> {
+        (self.parts.successor)()
+            .await
+            .unwrap_or_else(|e| panic!("opening a channel on {}: {e}", self.parts.channel.name()))
     }
 
     /// Another process (this test binary run again as a peer, see [`crate::peer`]) receives `id`
@@ -337,7 +361,7 @@ impl Cell {
         }
         let channel = self.channel();
         let opening = step(|| format!("a fresh channel on {}", channel.name()));
-        let fresh = (self.parts.successor)().await;
+        let fresh = self.successor().await;
         drop(opening);
         assert_empty(&*fresh, window, "was left unsettled on").await;
         fresh.close().await.unwrap_or_else(|e| panic!("closing the fresh {} failed: {e}", fresh.name()));
@@ -401,6 +425,10 @@ impl BlockingCell {
 
     pub fn competitor(&self) -> Arc<dyn BlockingChannel> {
         Arc::new(Blocking::new(block(self.cell.competitor())))
+    }
+
+    pub fn refused_competitor(&self) -> ChannelError {
+        block(self.cell.refused_competitor())
     }
 
     pub fn release_elsewhere(&self, test: &'static str, id: &str, releases: u32, arrival: Duration) -> Vec<u32> {

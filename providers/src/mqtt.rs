@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use gateway::transport::mqtt::MqttConnection;
-use gateway::{Channel, Producer, Subscription};
+use gateway::{Channel, ChannelError, Producer, Subscription};
 
 use crate::broker::ImageRef;
 use crate::builder::{reader_subscription, CellBroker, CellNames, CellPlan};
@@ -27,6 +27,7 @@ pub const MOSQUITTO: &str = "/usr/sbin/mosquitto";
 
 struct Broker {
     connection: MqttConnection,
+    address: String,
     _running: Running,
 }
 
@@ -73,13 +74,18 @@ fn broker() -> &'static Broker {
         let address = endpoint.clone();
         let connection =
             source::require_answer("mqtt", &running, &endpoint, async move { MqttConnection::connect(&address).await });
-        Broker { connection, _running: running }
+        Broker { connection, address: endpoint, _running: running }
     })
 }
 
 /// The connection to this binary's MQTT broker, for bespoke tests.
 pub fn connection() -> &'static MqttConnection {
     &broker().connection
+}
+
+/// This binary's MQTT broker as `host:port`, for bespoke tests that need a plain client.
+pub fn address() -> &'static str {
+    &broker().address
 }
 
 pub struct MqttConfiguration {
@@ -113,6 +119,12 @@ impl CellBroker for MqttConfiguration {
 
     async fn channel(&self, plan: &CellPlan, _: &mut ()) -> Arc<dyn Channel> {
         channel(plan.subscription.clone()).await
+    }
+
+    /// A channel opened while another of the subscription is open is refused (see
+    /// `gateway::transport::mqtt`: one consumer per subscription).
+    async fn try_channel(&self, plan: &CellPlan) -> Result<Arc<dyn Channel>, ChannelError> {
+        connection().channel(&plan.subscription).await
     }
 
     async fn reader(&self, destination: &str, _: &mut ()) -> Arc<dyn Channel> {

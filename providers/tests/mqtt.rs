@@ -3,7 +3,9 @@
 //! is not redelivered while its session stays connected), so the counter kind is `republished`;
 //! republishing growing the count on each requeue; the persistent session keeping what was
 //! published while its channel was gone; the dead-letter copy keeping its stamp across
-//! dead-letter reads; an unreadable payload routed as Unacceptable; and a delay refused.
+//! dead-letter reads; an unreadable payload routed as Unacceptable; a delay refused; and
+//! a channel whose session another connection takes over (past the claim check) ending, saying
+//! so, instead of taking it back.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -160,4 +162,49 @@ async fn a_delay_is_refused_not_shortened() {
     let refused = consumer.requeue(&delivery, Duration::from_secs(1)).await.unwrap_err();
     assert_eq!(refused.kind(), Some(ErrorKind::Unsupported));
     consumer.acknowledge(&delivery).await.unwrap();
+}
+
+/// Two consumers racing past the claim check: a plain client connects with the subscription's
+/// client id (taking the channel's session over, as MQTT 3.1.1 lets it) and claims the
+/// subscription. The channel, finding the other claim before it reconnects, ends: its receive
+/// fails naming the other claim, and it never takes the session back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_taken_over_ends_its_channel_instead_of_fighting_for_it() {
+    use rumqttc::{AsyncClient, Event, MqttOptions, Packet, QoS};
+    let topic = unique("takeover");
+    let subscription = session(&topic);
+    let consumer = channel(&subscription).await;
+    let (host, port) = providers::mqtt::address().rsplit_once(':').expect("host:port");
+    let mut options = MqttOptions::new(subscription.name.clone(), host, port.parse().expect("a port"));
+    options.set_clean_session(false);
+    let (rival, mut events) = AsyncClient::new(options, 8);
+    let claim = format!("gateway/claim/{}", subscription.name);
+    rival.publish(&claim, QoS::AtLeastOnce, true, "the-rival").await.unwrap();
+    let rival_events = tokio::spawn(async move {
+        let mut connects = 0;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while tokio::time::Instant::now() < deadline {
+            match tokio::time::timeout(Duration::from_millis(200), events.poll()).await {
+                Ok(Ok(Event::Incoming(Packet::ConnAck(_)))) => connects += 1,
+                Ok(Err(_)) => {
+                    connects += 100; // taken back: the fight this test rules out
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                _ => {}
+            }
+        }
+        connects
+    });
+    let error = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            if let Err(error) = consumer.receive(Duration::from_millis(200)).await {
+                return error;
+            }
+        }
+    })
+    .await
+    .expect("the channel's receive fails once its session is taken over");
+    assert_eq!(error.kind(), Some(ErrorKind::Refused), "{error}");
+    assert!(error.to_string().contains("the-rival"), "the error names the other claim: {error}");
+    assert_eq!(rival_events.await.unwrap(), 1, "the rival connected once and kept the session");
 }

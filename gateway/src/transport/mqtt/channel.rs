@@ -73,7 +73,8 @@ impl MqttChannel {
         let publish = match tokio::time::timeout(wait, deliveries.recv()).await {
             Ok(Some(publish)) => publish,
             Ok(None) => {
-                return Err(kit::broker_error(self.name(), "receive", ErrorKind::Refused, "the MQTT session has ended"))
+                let why = self.session.ended().unwrap_or_else(|| "the MQTT session has ended".to_owned());
+                return Err(kit::broker_error(self.name(), "receive", ErrorKind::Refused, why));
             }
             Err(_) => return Ok(None),
         };

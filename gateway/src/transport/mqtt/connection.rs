@@ -6,6 +6,7 @@ use std::sync::Arc;
 use rumqttc::{Event, Packet, Publish};
 
 use super::channel::MqttChannel;
+use super::claim::Claim;
 use super::producer::MqttProducer;
 use super::session::{open_session, options};
 use crate::channel::Channel;
@@ -69,7 +70,10 @@ impl MqttConnection {
                 "MQTT has no per-message delay: a requeue with this delay will be refused"
             );
         }
-        let options = options(&subscription.name, &self.host, self.port, true);
+        let claim = Claim::new(&subscription.name);
+        claim.refuse_if_held(&subscription.name, &self.host, self.port).await?;
+        let mut options = options(&subscription.name, &self.host, self.port, true);
+        options.set_last_will(claim.will());
         let (deliveries, received) = tokio::sync::mpsc::unbounded_channel::<Publish>();
         let on_event = move |event: Event| {
             if let Event::Incoming(Packet::Publish(publish)) = event {
@@ -78,7 +82,7 @@ impl MqttConnection {
             }
         };
         let topics = vec![subscription.routing_key.clone(), super::requeue_topic(&subscription.name)];
-        let session = open_session(&self.runtime, options, topics, on_event).await?;
+        let session = open_session(&self.runtime, options, topics, Some(claim), on_event).await?;
         Ok(Arc::new(MqttChannel::new(self.runtime.clone(), session, received, subscription, self.producer())))
     }
 }

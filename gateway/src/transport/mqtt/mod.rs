@@ -16,12 +16,14 @@
 //! No lease: the broker redelivers an unacknowledged message only when its session reconnects,
 //! so a message received and never settled stays in flight while the channel lives.
 //!
-//! One channel per subscription at a time: MQTT allows one connection per client id, so a second
-//! channel of the same subscription takes its session over (competing consumers would need MQTT
-//! 5 shared subscriptions, not used here). Requeued copies go to the subscription's requeue
-//! topic, so a subscription name must be a valid topic level (no `+` or `#`).
+//! One channel per subscription at a time: MQTT allows one connection per client id, so a channel
+//! claims its subscription and a second channel of it is refused with `ErrorKind::Unsupported`
+//! (`claim`: why not shared subscriptions). Requeued copies go to the subscription's requeue
+//! topic and claims to `gateway/claim/<subscription>`, so a subscription name must be a valid
+//! topic level (no `+` or `#`).
 
 mod channel;
+mod claim;
 mod connection;
 mod envelope;
 mod producer;

@@ -54,7 +54,7 @@ impl MqttProducer {
             };
             let _ = notify.send(notice);
         };
-        let session = open_session(runtime, options, Vec::new(), on_event).await?;
+        let session = open_session(runtime, options, Vec::new(), None, on_event).await?;
         let inner = Arc::new(Inner { session, notices: Mutex::new(notices) });
         Ok(MqttProducer { inner, runtime: runtime.clone() })
     }

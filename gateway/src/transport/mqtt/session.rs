@@ -1,6 +1,7 @@
 //! An MQTT session: one client connection and its event loop, driven on the gateway runtime
 //! until its owner stops or drops it. The producer and every channel each hold one.
 
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rumqttc::{
@@ -9,6 +10,7 @@ use rumqttc::{
 use tokio::task::JoinHandle;
 
 use super::broker_error;
+use super::claim::{self, Claim};
 use crate::error::{ChannelError, ErrorKind};
 use crate::runtime::GatewayRuntime;
 use crate::transport::kit;
@@ -26,6 +28,10 @@ pub(super) const REQUEST_CAPACITY: usize = 256;
 pub(super) struct Session {
     pub client: AsyncClient,
     task: JoinHandle<()>,
+    /// A channel's claim on its subscription (see `claim`); none for the producer.
+    claim: Option<Claim>,
+    /// Why the event loop ended on its own, when it did.
+    ended: Arc<Mutex<Option<String>>>,
 }
 
 impl Session {
@@ -34,6 +40,10 @@ impl Session {
     /// session stays, with whatever is still unacknowledged. Waits for the event loop to send it,
     /// at most `STOP_CEILING`, then stops the loop either way.
     pub async fn stop(&self) {
+        if let Some(claim) = &self.claim {
+            // Queued before the DISCONNECT, which suppresses the will that would clear it.
+            let _ = claim.release(&self.client).await;
+        }
         if self.client.disconnect().await.is_ok() {
             let deadline = tokio::time::Instant::now() + STOP_CEILING;
             while !self.task.is_finished() && tokio::time::Instant::now() < deadline {
@@ -41,6 +51,11 @@ impl Session {
             }
         }
         self.task.abort();
+    }
+
+    /// Why the session ended on its own (another channel took it), if it did.
+    pub fn ended(&self) -> Option<String> {
+        self.ended.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 }
 
@@ -96,8 +111,16 @@ async fn poll_until(
 
 /// Drives a connected session's event loop for as long as its `Session` lives, reconnecting
 /// after a lost connection (a persistent session resumes: the broker resends what was not
-/// acknowledged). A lost connection is logged once per outage, never per message.
-async fn drive(mut eventloop: EventLoop, name: String, mut on_event: impl FnMut(Event) + Send) {
+/// acknowledged). A lost connection is logged once per outage, never per message. A channel's
+/// session that finds its subscription claimed by another channel before reconnecting ends
+/// instead, saying why in `ended`; after a reconnect it claims its subscription again.
+async fn drive(
+    mut eventloop: EventLoop,
+    name: String,
+    mut on_event: impl FnMut(Event) + Send,
+    claim: Option<(Claim, AsyncClient)>,
+    ended: Arc<Mutex<Option<String>>>,
+) {
     let mut down = false;
     loop {
         match eventloop.poll().await {
@@ -105,6 +128,10 @@ async fn drive(mut eventloop: EventLoop, name: String, mut on_event: impl FnMut(
                 if down {
                     tracing::info!(session = %name, "MQTT connection restored");
                     down = false;
+                }
+                if let (Event::Incoming(Packet::ConnAck(_)), Some((claim, client))) = (&event, &claim) {
+                    // Not awaited: this loop is what drains the request queue.
+                    let _ = client.try_publish(&claim.topic, QoS::AtLeastOnce, true, claim.token.clone());
                 }
                 // A DISCONNECT sent is the session's end (`Session::stop`): never reconnect after it.
                 let disconnected = matches!(event, Event::Outgoing(Outgoing::Disconnect));
@@ -122,17 +149,30 @@ async fn drive(mut eventloop: EventLoop, name: String, mut on_event: impl FnMut(
                     return;
                 }
                 tokio::time::sleep(RECONNECT_PAUSE).await;
+                if let Some((claim, _)) = &claim {
+                    let (host, port) = eventloop.mqtt_options.broker_address();
+                    if let Ok(Some(other)) = claim::holder(&host, port, &claim.topic).await {
+                        if other != claim.token {
+                            let why = claim::held_by(&name, &other);
+                            tracing::error!(session = %name, "MQTT session taken over; this channel ends: {why}");
+                            *ended.lock().unwrap_or_else(|p| p.into_inner()) = Some(why);
+                            return;
+                        }
+                    }
+                }
             }
         }
     }
 }
 
-/// Connects a session and, for a consumer, subscribes it to `topics` at QoS 1; then drives it on
-/// `runtime`. Every event, those seen during the handshake included, goes to `on_event`.
+/// Connects a session and, for a consumer, subscribes it to `topics` at QoS 1 and sets its
+/// `claim` (its will, set in `options`, clears it); then drives it on `runtime`. Every event,
+/// those seen during the handshake included, goes to `on_event`.
 pub(super) async fn open_session(
     runtime: &GatewayRuntime,
     options: MqttOptions,
     topics: Vec<String>,
+    claim: Option<Claim>,
     on_event: impl FnMut(Event) + Send + 'static,
 ) -> Result<Session, ChannelError> {
     let name = options.client_id();
@@ -160,8 +200,17 @@ pub(super) async fn open_session(
                 };
                 poll_until(&mut eventloop, &name, "subscribe", subscribed, &mut on_event).await?;
             }
-            let task = task_runtime.spawn(drive(eventloop, name, on_event));
-            Ok(Session { client, task })
+            if let Some(claim) = &claim {
+                // Confirmed before the channel is handed out, so a channel opened after this one
+                // finds the claim.
+                claim.publish(&client).await.map_err(|e| broker_error(&name, "claim", e))?;
+                let confirmed = |packet: &Packet| Ok(matches!(packet, Packet::PubAck(_)));
+                poll_until(&mut eventloop, &name, "claim", confirmed, &mut on_event).await?;
+            }
+            let ended = Arc::new(Mutex::new(None));
+            let driven = claim.clone().map(|claim| (claim, client.clone()));
+            let task = task_runtime.spawn(drive(eventloop, name, on_event, driven, ended.clone()));
+            Ok(Session { client, task, claim, ended })
         })
         .await
 }

@@ -7,7 +7,7 @@ use providers::{CellSpec, Provider, Variant};
 
 // The body runs under the per-cell ceiling (providers::ceiling) on a thread of its own.
 #[test]
-#[ignore = "Deferred (#26: MQTT 3.1.1 has no delivery counter: a delivery another process received and released (republished with the count it was given) presents that count, not one more)"]
+#[ignore = "Deferred (#26: MQTT 3.1.1 has no delivery counter, and gives a subscription's session one connection: the gateway refuses a second consumer of the subscription while this cell's channel is open (measured: the other process's channel fails with Unsupported, naming the claim), so no other process can receive it; a copy released elsewhere would carry the count it was given, not one more)"]
 fn a_delivery_to_another_process_counts() {
     providers::within_ceiling(|| {
         // This configuration's bounds (templates/manifest.yaml): lease none (nothing lapses), counter republished.

@@ -48,7 +48,6 @@ fn competing_consumers_share_one_budget() {
             "dispatched {dispatches} times by two pumps; one budget fires on delivery R = {R} (counter: exact)"
         );
         assert_eq!(copy.header.handled_count, R as u32, "the dead-letter copy is stamped R = {R}");
-
         assert_eq!(copy.header.bag.get(keys::REJECTION_REASON), Some(&BagValue::from("DeliveryError")));
         // Exactly one copy is routed, by one of the two pumps.
         cell.assert_dead_letter_empty(AT_ONCE).await;
