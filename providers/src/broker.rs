@@ -74,17 +74,20 @@ pub fn announce(line: &str) {
     let _ = writeln!(std::io::stderr(), "{line}");
 }
 
-/// Stops the test binary: without a broker no cell can be judged. `cargo xtask conformance` fails
-/// before the ledger is touched both when a binary ends without libtest's summary and when it
-/// sees this line (`error: <transport> broker: …`, [`FATAL_MARK`]): cells that failed for the
-/// broker's sake may finish while the process exits, and must never be recorded.
-pub fn fatal(transport: &str, error: &dyn std::fmt::Display) -> ! {
-    announce(&format!("error: {transport} {FATAL_MARK} {error}"));
-    std::process::exit(2)
+/// The implementation of `reference`'s transport its variable picks; an unknown value stops the
+/// binary naming the valid choices (a typo must not record the reference's verdicts as another's).
+pub fn implementation(reference: contract::Implementation) -> contract::Implementation {
+    contract::Implementation::from_environment(reference).unwrap_or_else(|error| fatal(reference.transport(), &error))
 }
 
-/// What follows the transport in a [`fatal`] line; `xtask` matches `error: <transport> broker:`.
-pub const FATAL_MARK: &str = "broker:";
+/// Stops the test binary: without a broker no cell can be judged. `cargo xtask conformance` fails
+/// before the ledger is touched both when a binary ends without libtest's summary and when it
+/// sees this line (a [`contract::FatalLine`]): cells that failed for the broker's sake may finish
+/// while the process exits, and must never be recorded.
+pub fn fatal(transport: &str, error: &dyn std::fmt::Display) -> ! {
+    announce(&contract::FatalLine { transport: transport.to_owned(), message: error.to_string() }.line());
+    std::process::exit(2)
+}
 
 #[cfg(test)]
 mod tests {

@@ -20,7 +20,7 @@ use gateway::budget::CountingReport;
 use gateway::{Channel, ChannelError, Message, Rejection};
 
 /// Seconds a cell may take, end to end (broker set-up and teardown included).
-pub const VARIABLE: &str = "CONFORMANCE_CELL_TIMEOUT";
+pub const VARIABLE: &str = contract::CELL_TIMEOUT_VARIABLE;
 /// The default ceiling: well above the slowest cell recorded (about 80 s for an SQS FIFO cell
 /// while its whole binary runs at once), so only a hang reaches it.
 pub const DEFAULT: Duration = Duration::from_secs(300);

@@ -13,7 +13,6 @@ pub mod containers;
 pub mod fault;
 #[cfg(feature = "gcp")]
 pub mod gcp;
-pub mod implementation;
 #[cfg(feature = "kafka")]
 pub mod kafka;
 pub mod local;

@@ -19,9 +19,9 @@ use gateway::{Channel, Producer, Subscription};
 
 use crate::broker::ImageRef;
 use crate::builder::{reader_subscription, CellBroker, CellNames, CellPlan};
-use crate::implementation::{RocketMqImplementation, ROCKETMQ_VARIABLE};
 use crate::local::{self, LocalError, LocalProcess};
 use crate::source::{self, Definition, Running};
+use contract::Implementation;
 
 /// The lease of a popped message in a cell (the manifest's `lease_ms`): room for FR-2's delay and
 /// the "at once" bound together, since the broker's pop revive takes 2 to 5 s to redeliver.
@@ -71,7 +71,7 @@ fn start_rocketmq_rust() -> Result<LocalProcess, LocalError> {
     let install = local::install_dir("rocketmq").join("rust");
     let binary = install.join("bin/rocketmq-broker-rust");
     if !binary.exists() {
-        let install = RocketMqImplementation::RocketMqRust.install_command();
+        let install = Implementation::RocketMqRust.install_command();
         return Err(LocalError::NotInstalled { name: "rocketmq-rust", missing: binary, install });
     }
     let (name_server_port, broker_port) = (local::free_loopback_port(), free_broker_port());
@@ -90,9 +90,10 @@ fn start_rocketmq_rust() -> Result<LocalProcess, LocalError> {
 
 /// The local broker of the chosen implementation.
 fn start_local() -> Result<LocalProcess, LocalError> {
-    match RocketMqImplementation::from_environment() {
-        RocketMqImplementation::Apache => start_launcher(),
-        RocketMqImplementation::RocketMqRust => start_rocketmq_rust(),
+    match crate::broker::implementation(Implementation::Apache) {
+        Implementation::RocketMqRust => start_rocketmq_rust(),
+        // The environment names only rocketmq's implementations (the contract checks it).
+        _ => start_launcher(),
     }
 }
 
@@ -120,10 +121,11 @@ fn broker() -> &'static Broker {
         let running = source::start(&definition());
         // Only the local source runs the chosen implementation: a verdict from another source
         // must not be recorded under rocketmq-rust's name.
-        let implementation = RocketMqImplementation::from_environment();
-        if implementation != RocketMqImplementation::Apache && running.source() != "local" {
+        let implementation = crate::broker::implementation(Implementation::Apache);
+        if implementation != Implementation::Apache && running.source() != "local" {
             let why = format!(
-                "{ROCKETMQ_VARIABLE}={} needs the local source (CONFORMANCE_BROKERS=local), but the broker came from {}",
+                "{}={} needs the local source (CONFORMANCE_BROKERS=local), but the broker came from {}",
+                Implementation::Apache.variable(),
                 implementation.name(),
                 running.source()
             );

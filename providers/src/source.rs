@@ -17,6 +17,8 @@
 
 use std::time::{Duration, Instant};
 
+use contract::{BrokerLine, BrokerSource};
+
 #[cfg(feature = "containers")]
 use crate::broker::BrokerContainer;
 use crate::broker::{announce, fatal, ImageRef};
@@ -25,44 +27,8 @@ use crate::containers::{ContainerError, Unusable};
 use crate::fault::Fault;
 use crate::local::{LocalError, LocalProcess};
 
-/// The variable that picks the source.
-pub const VARIABLE: &str = "CONFORMANCE_BROKERS";
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Choice {
-    Auto,
-    Env,
-    Containers,
-    Local,
-}
-
-/// A value of [`VARIABLE`] that names no source.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{}={value:?} is not a broker source; valid choices: {}", VARIABLE, Choice::NAMES.join(", "))]
-pub struct UnknownChoice {
-    pub value: String,
-}
-
-impl Choice {
-    pub const NAMES: [&'static str; 4] = ["auto", "env", "containers", "local"];
-
-    pub fn parse(value: &str) -> Result<Choice, UnknownChoice> {
-        match value {
-            "" | "auto" => Ok(Choice::Auto),
-            "env" => Ok(Choice::Env),
-            "containers" => Ok(Choice::Containers),
-            "local" => Ok(Choice::Local),
-            other => Err(UnknownChoice { value: other.to_owned() }),
-        }
-    }
-
-    /// The choice in the environment; an unknown value stops the binary naming the valid choices
-    /// (a typo must not silently pick another broker).
-    pub fn from_environment(transport: &str) -> Choice {
-        let value = std::env::var(VARIABLE).unwrap_or_default();
-        Choice::parse(&value).unwrap_or_else(|error| fatal(transport, &error))
-    }
-}
+/// The variable that picks the source (the contract's).
+pub const VARIABLE: &str = BrokerSource::VARIABLE;
 
 /// Why the chosen source gives no broker: [`start`] stops the binary with it.
 #[derive(Debug, thiserror::Error)]
@@ -70,7 +36,7 @@ pub enum SourceError {
     #[error(
         "{}=env but {variable} is unset; set it to the broker's endpoint, or choose another source (valid choices: {})",
         VARIABLE,
-        Choice::NAMES.join(", ")
+        BrokerSource::NAMES.join(", ")
     )]
     EnvUnset { variable: &'static str },
     #[error("{}=containers but {transport} has no container definition; choose env or local", VARIABLE)]
@@ -171,10 +137,10 @@ impl Running {
 pub fn start(definition: &Definition) -> Running {
     let transport = definition.transport;
     let endpoint = std::env::var(definition.endpoint_variable).ok().filter(|v| !v.is_empty());
-    let choice = Choice::from_environment(transport);
+    let choice = BrokerSource::from_environment().unwrap_or_else(|error| fatal(transport, &error));
     crate::peer::record_variable(transport, definition.endpoint_variable);
     let started = Instant::now();
-    let (running, detail) = resolve(definition, choice, endpoint).unwrap_or_else(|error| fatal(transport, &error));
+    let (running, served) = resolve(definition, choice, endpoint).unwrap_or_else(|error| fatal(transport, &error));
     let source = running.source();
     if Fault::from_environment() == Some(Fault::KillBroker) {
         match &running {
@@ -185,28 +151,43 @@ pub fn start(definition: &Definition) -> Running {
             Running::Container(_) => {}
         }
     }
-    announce(&format!(
-        "{transport}: broker from {source} ({detail}; ready in {:.1} s)",
-        started.elapsed().as_secs_f64()
-    ));
+    let line = BrokerLine {
+        transport: transport.to_owned(),
+        source: source.to_owned(),
+        implementation: served.implementation,
+        endpoint: served.endpoint,
+        ready_seconds: started.elapsed().as_secs_f64(),
+        note: served.note,
+    };
+    announce(&line.sentence());
+    announce(&line.line());
     running
 }
 
-/// The broker from the chosen source, with the detail the source line gives.
+/// What served, for the run's [`BrokerLine`].
+struct Served {
+    implementation: String,
+    endpoint: String,
+    note: Option<String>,
+}
+
+/// The broker from the chosen source, and what served.
 fn resolve(
     definition: &Definition,
-    choice: Choice,
+    choice: BrokerSource,
     endpoint: Option<String>,
-) -> Result<(Running, String), SourceError> {
+) -> Result<(Running, Served), SourceError> {
     match (choice, endpoint) {
-        (Choice::Env | Choice::Auto, Some(endpoint)) => {
-            let detail = format!("{}={endpoint}", definition.endpoint_variable);
-            Ok((Running::Env(endpoint), detail))
+        (BrokerSource::Env | BrokerSource::Auto, Some(endpoint)) => {
+            // Named by its variable only: the value may carry credentials.
+            let variable = definition.endpoint_variable.to_owned();
+            let served = Served { implementation: variable.clone(), endpoint: variable, note: None };
+            Ok((Running::Env(endpoint), served))
         }
-        (Choice::Env, None) => Err(SourceError::EnvUnset { variable: definition.endpoint_variable }),
-        (Choice::Containers, _) => start_container(definition),
-        (Choice::Local, _) => start_local(definition, None),
-        (Choice::Auto, None) => match containers_usable(definition) {
+        (BrokerSource::Env, None) => Err(SourceError::EnvUnset { variable: definition.endpoint_variable }),
+        (BrokerSource::Containers, _) => start_container(definition),
+        (BrokerSource::Local, _) => start_local(definition, None),
+        (BrokerSource::Auto, None) => match containers_usable(definition) {
             Ok(()) => start_container(definition),
             Err(why) => start_local(definition, Some(why)),
         },
@@ -214,13 +195,14 @@ fn resolve(
 }
 
 /// A local process that does not come up panics (naming it and the install command).
-fn start_local(definition: &Definition, auto_declined: Option<AutoDeclined>) -> Result<(Running, String), SourceError> {
+fn start_local(definition: &Definition, auto_declined: Option<AutoDeclined>) -> Result<(Running, Served), SourceError> {
     let process = (definition.local)()?;
-    let mut detail = format!("{} on 127.0.0.1:{}", process.name, process.port);
-    if let Some(why) = auto_declined {
-        detail.push_str(&format!("; auto did not use containers: {why}"));
-    }
-    Ok((Running::Local(process), detail))
+    let served = Served {
+        implementation: process.name.to_string(),
+        endpoint: format!("127.0.0.1:{}", process.port),
+        note: auto_declined.map(|why| format!("auto did not use containers: {why}")),
+    };
+    Ok((Running::Local(process), served))
 }
 
 /// The `kill-broker` fault on a local broker: SIGKILL 250 ms after it is up, while cells run.
@@ -264,16 +246,19 @@ pub fn require_answer<T: Send + 'static, E: std::fmt::Display>(
 }
 
 #[cfg(feature = "containers")]
-fn start_container(definition: &Definition) -> Result<(Running, String), SourceError> {
+fn start_container(definition: &Definition) -> Result<(Running, Served), SourceError> {
     let start = definition.container.ok_or(SourceError::NoContainerDefinition { transport: definition.transport })?;
     let container = start(&definition.image)?;
-    let detail =
-        format!("image {}, container {} on 127.0.0.1:{}", definition.image, container.short_id(), container.port);
-    Ok((Running::Container(container), detail))
+    let served = Served {
+        implementation: definition.image.to_string(),
+        endpoint: format!("container {} on 127.0.0.1:{}", container.short_id(), container.port),
+        note: None,
+    };
+    Ok((Running::Container(container), served))
 }
 
 #[cfg(not(feature = "containers"))]
-fn start_container(_: &Definition) -> Result<(Running, String), SourceError> {
+fn start_container(_: &Definition) -> Result<(Running, Served), SourceError> {
     Err(SourceError::ContainersNotBuilt)
 }
 
@@ -293,17 +278,6 @@ fn containers_usable(_: &Definition) -> Result<(), AutoDeclined> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn choices_parse_and_a_bad_one_names_the_valid_choices() {
-        assert_eq!(Choice::parse(""), Ok(Choice::Auto));
-        assert_eq!(Choice::parse("containers"), Ok(Choice::Containers));
-        let error = Choice::parse("docker").unwrap_err();
-        assert_eq!(
-            error.to_string(),
-            "CONFORMANCE_BROKERS=\"docker\" is not a broker source; valid choices: auto, env, containers, local"
-        );
-    }
 
     #[test]
     fn a_source_error_names_the_variable_and_the_valid_choices() {

@@ -16,9 +16,9 @@ use gateway::{Channel, Producer};
 use crate::broker::ImageRef;
 use crate::builder::{CellBroker, CellNames, CellPlan};
 use crate::cell::Teardown;
-use crate::implementation::SqsImplementation;
 use crate::local::{self, LocalError, LocalProcess};
 use crate::source::{self, Definition, Running};
+use contract::Implementation;
 
 /// A cell queue's visibility timeout: the soonest an unsettled message comes back by itself (the
 /// manifest's `lease_ms`): short, so a cell can watch a settled source past it, yet room for FR-2's
@@ -47,7 +47,7 @@ fn start_elasticmq() -> Result<LocalProcess, LocalError> {
     let install = local::install_dir("sqs").join("elasticmq");
     let launcher = install.join("classes/ElasticMqLauncher.class");
     if !launcher.exists() {
-        let install = SqsImplementation::ElasticMq.install_command();
+        let install = Implementation::ElasticMq.install_command();
         return Err(LocalError::NotInstalled { name: "elasticmq", missing: launcher, install });
     }
     let port = local::free_loopback_port();
@@ -67,9 +67,10 @@ fn start_elasticmq() -> Result<LocalProcess, LocalError> {
 
 /// The local server of the chosen implementation.
 fn start_local() -> Result<LocalProcess, LocalError> {
-    match SqsImplementation::from_environment() {
-        SqsImplementation::Moto => start_moto(),
-        SqsImplementation::ElasticMq => start_elasticmq(),
+    match crate::broker::implementation(Implementation::Moto) {
+        Implementation::ElasticMq => start_elasticmq(),
+        // The environment names only sqs's implementations (the contract checks it).
+        _ => start_moto(),
     }
 }
 
@@ -96,11 +97,11 @@ fn broker() -> &'static Broker {
         let running = source::start(&definition());
         // Only the local source runs the chosen implementation: a verdict from another source
         // must not be recorded under ElasticMQ's name.
-        let implementation = SqsImplementation::from_environment();
-        if implementation != SqsImplementation::Moto && running.source() != "local" {
+        let implementation = crate::broker::implementation(Implementation::Moto);
+        if implementation != Implementation::Moto && running.source() != "local" {
             let why = format!(
                 "{}={} needs the local source (CONFORMANCE_BROKERS=local), but the broker came from {}",
-                crate::implementation::SQS_VARIABLE,
+                Implementation::Moto.variable(),
                 implementation.name(),
                 running.source()
             );
@@ -197,15 +198,15 @@ impl CellBroker for SqsConfiguration {
 
     async fn channel(&self, plan: &CellPlan, created: &mut DeleteAll) -> Arc<dyn Channel> {
         let queue = &plan.names.routing_key;
-        let implementation = SqsImplementation::from_environment();
+        let implementation = crate::broker::implementation(Implementation::Moto);
         // `cargo xtask conformance --impl elasticmq` runs no SNS configuration; by hand, say why
         // the cell cannot run rather than fail on a missing API.
         assert!(
-            !self.sns || implementation.serves_sns(),
+            !self.sns || implementation.serves("sns"),
             "{} has no SNS API: the {} configuration needs moto (unset {})",
             implementation.name(),
             self.name,
-            crate::implementation::SQS_VARIABLE
+            Implementation::Moto.variable()
         );
         let mut subscription = SqsSubscription::new(plan.subscription.clone());
         subscription.fifo = self.fifo;

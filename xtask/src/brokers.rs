@@ -36,75 +36,8 @@ pub enum BrokersTask {
 pub const INSTALLABLE: [&str; 9] =
     ["memory", "sqs", "gcp", "rocketmq", "postgres", "mqtt", "redis", "rabbitmq", "kafka"];
 
-/// The broker implementations of `providers::implementation` (xtask does not link providers), as
-/// their transport's variable (CONFORMANCE_SQS_IMPL, CONFORMANCE_ROCKETMQ_IMPL) names them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Implementation {
-    /// moto: SQS and SNS; sqs's reference implementation, whose verdicts the main ledger records
-    Moto,
-    /// ElasticMQ: SQS only; recorded in the fidelity table
-    #[value(name = "elasticmq")]
-    ElasticMq,
-    /// Apache RocketMQ: rocketmq's reference implementation
-    Apache,
-    /// The Rust name server and broker (rocketmq-namesrv, rocketmq-broker); recorded in the
-    /// fidelity table
-    #[value(name = "rocketmq-rust")]
-    RocketMqRust,
-}
-
-impl Implementation {
-    /// Each transport's reference implementation, whose variable every test binary is given.
-    pub const REFERENCES: [Implementation; 2] = [Implementation::Moto, Implementation::Apache];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Implementation::Moto => "moto",
-            Implementation::ElasticMq => "elasticmq",
-            Implementation::Apache => "apache",
-            Implementation::RocketMqRust => "rocketmq-rust",
-        }
-    }
-
-    /// The transport it implements.
-    pub fn transport(self) -> &'static str {
-        match self {
-            Implementation::Moto | Implementation::ElasticMq => "sqs",
-            Implementation::Apache | Implementation::RocketMqRust => "rocketmq",
-        }
-    }
-
-    /// The variable that tells a test binary which implementation of its transport to start.
-    pub fn variable(self) -> &'static str {
-        match self.transport() {
-            "sqs" => "CONFORMANCE_SQS_IMPL",
-            _ => "CONFORMANCE_ROCKETMQ_IMPL",
-        }
-    }
-
-    /// Its transport's reference implementation.
-    pub fn reference(self) -> Implementation {
-        match self.transport() {
-            "sqs" => Implementation::Moto,
-            _ => Implementation::Apache,
-        }
-    }
-
-    /// Whether it is its transport's reference implementation, whose verdicts the main ledger records.
-    pub fn is_reference(self) -> bool {
-        self == self.reference()
-    }
-
-    /// Whether it can carry `configuration` of its transport (ElasticMQ has no SNS API).
-    pub fn serves(self, configuration: &str) -> bool {
-        self != Implementation::ElasticMq || !configuration.starts_with("sns")
-    }
-
-    /// The implementation named `name` (as `name()` gives it), if any.
-    pub fn named(name: &str) -> Option<Implementation> {
-        <Implementation as clap::ValueEnum>::from_str(name, false).ok()
-    }
-}
+/// The broker implementations `--impl` names (the contract's, as the test binaries read them).
+pub use contract::Implementation;
 
 pub fn run(task: BrokersTask) -> Result<()> {
     match task {

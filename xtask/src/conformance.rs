@@ -14,14 +14,10 @@ use anyhow::{bail, Context, Result};
 use generator::Manifest;
 use ledger::{CellId, CellResult, ConfigurationRun, Ledger, RunRecord, Status, VariantResult};
 
-use crate::brokers::Implementation;
 use crate::libtest::{self, TestResult};
 use crate::root;
 use crate::selection::{self, Selection};
-
-/// How a test binary learns its per-cell ceiling (`providers::ceiling::VARIABLE`; xtask does not
-/// link the providers crate).
-const CELL_TIMEOUT_VARIABLE: &str = "CONFORMANCE_CELL_TIMEOUT";
+use contract::{BrokerLine, BrokerSource, FatalLine, Implementation, CELL_TIMEOUT_VARIABLE};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -62,8 +58,8 @@ pub struct Args {
     /// Where brokers come from: auto (env, then containers when a Docker daemon answers and the
     /// image is present, then local), env, containers (testcontainers) or local (local processes).
     /// Passed to the test binaries as CONFORMANCE_BROKERS
-    #[arg(long, value_enum, value_name = "SOURCE", default_value_t = Brokers::Auto)]
-    brokers: Brokers,
+    #[arg(long, value_enum, value_name = "SOURCE", default_value_t = BrokerSource::Auto)]
+    brokers: BrokerSource,
     /// Run only shard K of N (whole configurations, balanced by their recorded durations) and
     /// write its results to --out instead of the ledger; `cargo xtask ledger merge` applies them
     #[arg(long, value_name = "K/N", requires = "out", conflicts_with = "repeat")]
@@ -78,52 +74,6 @@ pub struct Args {
     /// Passed to the test binaries as CONFORMANCE_SQS_IMPL and CONFORMANCE_ROCKETMQ_IMPL
     #[arg(long = "impl", value_enum, value_name = "IMPLEMENTATION", conflicts_with = "shard")]
     implementation: Option<Implementation>,
-}
-
-/// The broker sources of `providers::source`, which resolves them inside each test binary.
-#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Brokers {
-    Auto,
-    Env,
-    Containers,
-    Local,
-}
-
-impl Brokers {
-    pub const VARIABLE: &'static str = "CONFORMANCE_BROKERS";
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Brokers::Auto => "auto",
-            Brokers::Env => "env",
-            Brokers::Containers => "containers",
-            Brokers::Local => "local",
-        }
-    }
-
-    /// The value of CONFORMANCE_BROKERS, checked here so a typo fails before anything builds.
-    pub fn from_environment() -> Result<Brokers> {
-        let value = std::env::var(Brokers::VARIABLE).unwrap_or_default();
-        if value.is_empty() {
-            return Ok(Brokers::Auto);
-        }
-        <Brokers as clap::ValueEnum>::from_str(&value, false).map_err(|_| {
-            anyhow::anyhow!(
-                "{}={value:?} is not a broker source; valid choices: auto, env, containers, local",
-                Brokers::VARIABLE
-            )
-        })
-    }
-
-    /// Whether the test binaries need providers' `containers` feature (testcontainers).
-    fn may_use_containers(self) -> bool {
-        matches!(self, Brokers::Auto | Brokers::Containers)
-    }
-
-    /// Whether the local broker must be installed first.
-    pub(crate) fn may_use_local(self) -> bool {
-        matches!(self, Brokers::Auto | Brokers::Local)
-    }
 }
 
 /// One finished test of a generated binary.
@@ -214,7 +164,7 @@ pub(crate) fn build_test_binaries(
     workspace: &Path,
     target_dir: Option<&Path>,
     transports: &[(&str, &str)],
-    brokers: Brokers,
+    brokers: BrokerSource,
     features: Features,
 ) -> Result<BTreeMap<String, PathBuf>> {
     let mut command = cargo();
@@ -295,7 +245,7 @@ pub(crate) struct BinaryCall<'a> {
     /// The workspace whose generated crate the binary runs from.
     pub workspace: &'a Path,
     pub transport: &'a str,
-    pub brokers: Brokers,
+    pub brokers: BrokerSource,
     /// The second implementation the binary runs against, if any: every transport's variable is
     /// always passed (the reference's name when this is none or another transport's), so a
     /// CONFORMANCE_SQS_IMPL left in the shell cannot put another implementation's verdicts in the
@@ -334,7 +284,7 @@ pub(crate) fn run_binary(call: &BinaryCall, done: &mut usize, total: usize) -> R
         // (64 threads made the 96-cell sqs and gcp matrices run in two waves).
         .args(["--include-ignored", "--test-threads", &tests.len().max(1).to_string()])
         .args(&call.filters)
-        .env(Brokers::VARIABLE, brokers.name())
+        .env(BrokerSource::VARIABLE, brokers.name())
         .envs(Implementation::REFERENCES.map(|reference| {
             let chosen = call.second.filter(|second| second.transport() == reference.transport());
             (reference.variable(), chosen.unwrap_or(reference).name())
@@ -349,16 +299,18 @@ pub(crate) fn run_binary(call: &BinaryCall, done: &mut usize, total: usize) -> R
     // broker (`error: <transport> broker: …`) voids the run even if libtest's summary got out.
     let broker_stopped = {
         let stderr = BufReader::new(child.stderr.take().expect("piped"));
-        let fatal = format!("error: {transport} broker: ");
-        let source_line = format!("{transport}: broker from ");
+        let transport = transport.to_owned();
         std::thread::spawn(move || {
             let (mut stopped, mut announced) = (None, None);
             for line in stderr.lines().map_while(Result::ok) {
+                // The broker line is for xtask; the binary wrote a sentence for people beside it.
+                if let Some(broker) = BrokerLine::parse(&line) {
+                    announced.get_or_insert(broker.map_err(|error| format!("{line}: {error}")));
+                    continue;
+                }
                 eprintln!("{line}");
-                if stopped.is_none() && line.starts_with(&fatal) {
+                if stopped.is_none() && FatalLine::parse(&transport, &line).is_some() {
                     stopped = Some(line);
-                } else if announced.is_none() {
-                    announced = line.strip_prefix(&source_line).map(str::to_owned);
                 }
             }
             (stopped, announced)
@@ -400,7 +352,10 @@ pub(crate) fn run_binary(call: &BinaryCall, done: &mut usize, total: usize) -> R
              the ledger is left untouched"
         );
     }
-    let broker = provenance(transport, announced.as_deref());
+    let announced = announced.transpose().map_err(|line| {
+        anyhow::anyhow!("the {transport} binary's broker line does not read as the contract's: {line}")
+    })?;
+    let broker = provenance(transport, announced.as_ref());
     Ok(BinaryOutcome { finished, failures: failure_sections(&lines), wall: started.elapsed(), broker })
 }
 
@@ -410,30 +365,31 @@ pub(crate) struct BinaryOutcome {
     /// libtest's failure sections, by test name.
     pub(crate) failures: BTreeMap<String, String>,
     pub(crate) wall: Duration,
-    /// The broker the cells ran against, from the binary's `<transport>: broker from …` line.
+    /// The broker the cells ran against, from the binary's `contract::BrokerLine`.
     pub(crate) broker: ledger::BrokerProvenance,
 }
 
-/// The broker behind a run, from the source line a test binary prints
-/// (`local (pstest on 127.0.0.1:4000; ready in 0.1 s)`) and the project's pins.
-fn provenance(transport: &str, announced: Option<&str>) -> ledger::BrokerProvenance {
-    let (source, detail) = match announced {
-        Some(line) => line.split_once(" (").map_or((line, ""), |(source, detail)| (source, detail)),
+/// The broker behind a run, from the binary's [`BrokerLine`] and the project's pins.
+fn provenance(transport: &str, announced: Option<&BrokerLine>) -> ledger::BrokerProvenance {
+    let Some(line) = announced else {
         // The in-memory transport has no broker process: it runs in the test binary.
-        None => ("in-process", ""),
+        return ledger::BrokerProvenance {
+            transport: transport.to_owned(),
+            source: "in-process".to_owned(),
+            implementation: format!("gateway {transport}"),
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+        };
     };
-    let implementation = match source {
-        "local" => detail.split(' ').next().unwrap_or_default().to_owned(),
-        "containers" => detail.strip_prefix("image ").and_then(|d| d.split(',').next()).unwrap_or_default().to_owned(),
-        "env" => detail.split(';').next().unwrap_or_default().to_owned(),
-        _ => format!("gateway {transport}"),
-    };
-    let version = match source {
-        "local" => crate::brokers::pinned_version(transport, &implementation).unwrap_or_default(),
-        "in-process" => env!("CARGO_PKG_VERSION").to_owned(),
+    let version = match line.source.as_str() {
+        "local" => crate::brokers::pinned_version(transport, &line.implementation).unwrap_or_default(),
         _ => String::new(),
     };
-    ledger::BrokerProvenance { transport: transport.to_owned(), source: source.to_owned(), implementation, version }
+    ledger::BrokerProvenance {
+        transport: transport.to_owned(),
+        source: line.source.clone(),
+        implementation: line.implementation.clone(),
+        version,
+    }
 }
 
 /// Kills a process that outlives its limit, from a thread of its own.
@@ -692,7 +648,7 @@ impl Slice {
 /// What the test binaries are told about their brokers.
 #[derive(Clone, Copy)]
 struct RunWith {
-    brokers: Brokers,
+    brokers: BrokerSource,
     second: Option<Implementation>,
 }
 
@@ -700,10 +656,10 @@ struct RunWith {
 /// `--impl elasticmq` (or rocketmq-rust) turns `auto` into `local` and refuses `env` and
 /// `containers` (their broker is whatever the endpoint or image is, which would be recorded under
 /// the wrong name).
-fn brokers_for(brokers: Brokers, second: Option<Implementation>) -> Result<Brokers> {
+fn brokers_for(brokers: BrokerSource, second: Option<Implementation>) -> Result<BrokerSource> {
     match (second, brokers) {
         (None, brokers) => Ok(brokers),
-        (Some(_), Brokers::Auto | Brokers::Local) => Ok(Brokers::Local),
+        (Some(_), BrokerSource::Auto | BrokerSource::Local) => Ok(BrokerSource::Local),
         (Some(implementation), other) => bail!(
             "--impl {} runs the local {} server; --brokers {} cannot give it (valid choices with --impl {0}: auto, local)",
             implementation.name(),
@@ -1055,16 +1011,17 @@ mod tests {
 
     #[test]
     fn a_second_implementation_runs_locally_or_not_at_all() {
-        assert!(brokers_for(Brokers::Auto, Some(Implementation::ElasticMq)).unwrap() == Brokers::Local);
-        assert!(brokers_for(Brokers::Local, Some(Implementation::RocketMqRust)).unwrap() == Brokers::Local);
-        assert!(brokers_for(Brokers::Containers, None).unwrap() == Brokers::Containers);
-        let error = brokers_for(Brokers::Env, Some(Implementation::ElasticMq)).err().unwrap().to_string();
+        assert!(brokers_for(BrokerSource::Auto, Some(Implementation::ElasticMq)).unwrap() == BrokerSource::Local);
+        assert!(brokers_for(BrokerSource::Local, Some(Implementation::RocketMqRust)).unwrap() == BrokerSource::Local);
+        assert!(brokers_for(BrokerSource::Containers, None).unwrap() == BrokerSource::Containers);
+        let error = brokers_for(BrokerSource::Env, Some(Implementation::ElasticMq)).err().unwrap().to_string();
         assert_eq!(
             error,
             "--impl elasticmq runs the local elasticmq server; --brokers env cannot give it (valid choices with --impl \
              elasticmq: auto, local)"
         );
-        let error = brokers_for(Brokers::Containers, Some(Implementation::RocketMqRust)).err().unwrap().to_string();
+        let error =
+            brokers_for(BrokerSource::Containers, Some(Implementation::RocketMqRust)).err().unwrap().to_string();
         assert!(error.starts_with("--impl rocketmq-rust runs the local rocketmq-rust server"), "{error}");
     }
 

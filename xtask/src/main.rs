@@ -54,7 +54,7 @@ enum Task {
     Test {
         /// Where brokers come from (auto, env, containers, local); default: CONFORMANCE_BROKERS, else auto
         #[arg(long, value_enum, value_name = "SOURCE")]
-        brokers: Option<conformance::Brokers>,
+        brokers: Option<contract::BrokerSource>,
     },
     /// Lint .github/workflows with actionlint (the pinned version, installed into .brokers/bin with Go)
     LintWorkflows,
@@ -85,10 +85,10 @@ fn generate(check: bool) -> Result<()> {
 
 /// Every test of the workspace, broker-backed ones included. The broker source reaches the test
 /// binaries as CONFORMANCE_BROKERS (providers::source resolves it there).
-fn test(brokers: Option<conformance::Brokers>) -> Result<()> {
+fn test(brokers: Option<contract::BrokerSource>) -> Result<()> {
     let brokers = match brokers {
         Some(brokers) => brokers,
-        None => conformance::Brokers::from_environment()?,
+        None => contract::BrokerSource::from_environment()?,
     };
     eprintln!("brokers: {} (each broker-backed test binary says which source it used)", brokers.name());
     brokers::INSTALLABLE.iter().try_for_each(|transport| brokers::install(transport))?;
@@ -97,7 +97,7 @@ fn test(brokers: Option<conformance::Brokers>) -> Result<()> {
             .current_dir(root())
             .arg("test")
             .args(args)
-            .env(conformance::Brokers::VARIABLE, brokers.name())
+            .env(contract::BrokerSource::VARIABLE, brokers.name())
             .status()?;
         anyhow::ensure!(status.success(), "cargo test {} failed ({status})", args.join(" "));
         Ok(())

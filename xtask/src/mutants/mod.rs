@@ -16,7 +16,9 @@ use anyhow::{bail, Context, Result};
 use generator::Manifest;
 use ledger::Behaviour;
 
-use crate::conformance::{self, Brokers};
+use contract::BrokerSource;
+
+use crate::conformance;
 use crate::libtest::{self, TestResult};
 use crate::root;
 use catalogue::{Catalogue, Expectation};
@@ -33,8 +35,8 @@ pub struct Args {
     #[arg(long = "mutant", value_name = "ID")]
     mutants: Vec<String>,
     /// Where brokers come from (auto, env, containers, local), passed on as CONFORMANCE_BROKERS
-    #[arg(long, value_enum, value_name = "SOURCE", default_value_t = Brokers::Auto)]
-    brokers: Brokers,
+    #[arg(long, value_enum, value_name = "SOURCE", default_value_t = BrokerSource::Auto)]
+    brokers: BrokerSource,
 }
 
 /// (configuration, behaviour number) -> passed in both pump variants.
@@ -52,7 +54,7 @@ fn build(
     scratch: &Scratch,
     transports: &[&Transport],
     label: &str,
-    brokers: Brokers,
+    brokers: BrokerSource,
 ) -> Result<BTreeMap<String, PathBuf>> {
     let selected: Vec<(&str, &str)> = transports.iter().map(|t| (t.name.as_str(), t.feature.as_str())).collect();
     // The selected features only: the scratch copy is a workspace of its own path, so nothing of
@@ -72,7 +74,7 @@ fn measure(
     scratch: &Scratch,
     transports: &[&Transport],
     manifest: &Manifest,
-    brokers: Brokers,
+    brokers: BrokerSource,
     label: &str,
     limits: conformance::Limits,
 ) -> Result<CellPasses> {
