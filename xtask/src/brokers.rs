@@ -29,7 +29,11 @@ pub enum BrokersTask {
         implementation: Option<Implementation>,
     },
     /// Build local stand-in broker images for engines that cannot pull (gcp: the pstest launcher FROM scratch)
-    Images,
+    Images {
+        /// Only these transports' images (and the Debian base they need); default: every one
+        #[arg(value_name = "TRANSPORT")]
+        transports: Vec<String>,
+    },
 }
 
 /// The transports with a local broker, and the ones that need none.
@@ -53,7 +57,7 @@ pub fn run(task: BrokersTask) -> Result<()> {
             }
             transports.iter().try_for_each(|transport| install_implementation(transport, implementation))
         }
-        BrokersTask::Images => crate::images::build(),
+        BrokersTask::Images { transports } => crate::images::build(&transports),
     }
 }
 

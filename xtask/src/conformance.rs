@@ -67,6 +67,12 @@ pub struct Args {
     /// The folder a --shard run writes shard-K-of-N.json into (required with --shard)
     #[arg(long, value_name = "DIR", requires = "shard")]
     out: Option<PathBuf>,
+    /// Check the results against the ledger and write nothing (no ledger row, run record, page
+    /// or regenerated code): fail on a regression, on a failing cell that is not Deferred, and on
+    /// any change the run would make to the ledger (a new cell, Unknown -> Pass, Deferred ->
+    /// Fixed), since a check's findings are not recorded. What `cargo xtask test` runs
+    #[arg(long, conflicts_with_all = ["shard", "repeat", "implementation"])]
+    check: bool,
     /// The broker implementation to run a transport's cells against. Default: each transport's
     /// reference, recorded in the ledger (moto for sqs, apache for rocketmq). A second one is
     /// recorded in ledger/fidelity.tsv and FIDELITY.md, never in cells.tsv, and needs the local
@@ -550,6 +556,7 @@ pub fn run(args: &Args) -> Result<()> {
         return Ok(());
     }
     let applied = match &shard {
+        None if args.check => crate::record::check(&ledger, &results, every_variant),
         // A shard leaves the ledger alone; it says what the merge will find.
         Some(shard) => {
             let path = shard.write(&results, Some(record.clone()), args.out.as_deref().expect("clap"))?;

@@ -56,20 +56,37 @@ const INPUTS_LABEL: &str = "conformance.inputs";
 /// The suite, variant and mirror of the base; part of its input digest.
 const DEBOOTSTRAP: [&str; 4] = ["--variant=minbase", "bookworm", "ROOTFS", "http://deb.debian.org/debian"];
 
-pub fn build() -> Result<()> {
+/// A transport and the function that builds its stand-in.
+type StandIn = (&'static str, fn() -> Result<()>);
+
+/// Each transport's stand-in, in build order; every one but gcp's is on the Debian base.
+const STAND_INS: [StandIn; 8] = [
+    ("gcp", pubsub),
+    ("sqs", sqs),
+    ("rocketmq", rocketmq),
+    ("redis", redis),
+    ("postgres", postgres),
+    ("mqtt", mqtt),
+    ("rabbitmq", rabbitmq),
+    ("kafka", kafka),
+];
+
+/// Builds the stand-ins of `transports` (every one when empty), and the base those need.
+pub fn build(transports: &[String]) -> Result<()> {
+    let names: Vec<&str> = STAND_INS.iter().map(|(name, _)| *name).collect();
+    if let Some(unknown) = transports.iter().find(|t| !names.contains(&t.as_str())) {
+        bail!("brokers images {unknown}: no stand-in image; valid choices: {}", names.join(", "));
+    }
+    let wanted: Vec<&StandIn> =
+        STAND_INS.iter().filter(|(name, _)| transports.is_empty() || transports.iter().any(|t| t == name)).collect();
     run_quietly(
         Command::new("docker").arg("info"),
         "reach a Docker engine with `docker info` (start one with providers/brokers/docker-engine.sh up target)",
     )?;
-    pubsub()?;
-    base()?;
-    sqs()?;
-    rocketmq()?;
-    redis()?;
-    postgres()?;
-    mqtt()?;
-    rabbitmq()?;
-    kafka()
+    if wanted.iter().any(|(name, _)| *name != "gcp") {
+        base()?;
+    }
+    wanted.iter().try_for_each(|(_, build)| build())
 }
 
 /// The base: a minimal Debian root file system from the mirror, imported as an image.

@@ -53,6 +53,23 @@ pub(crate) fn preview(ledger: &Ledger, results: &[CellResult], every_variant: bo
     Applied { problems: problems(&copy, &report, every_variant), report }
 }
 
+/// What a `--check` run finds: [`preview`]'s problems, and every change the run would make to
+/// the ledger, as a check writes nothing and a change left unrecorded would be lost.
+pub(crate) fn check(ledger: &Ledger, results: &[CellResult], every_variant: bool) -> Applied {
+    let mut applied = preview(ledger, results, every_variant);
+    let record = "run `cargo xtask conformance` and commit the ledger";
+    for cell in &applied.report.added {
+        applied.problems.push(format!("unrecorded: {cell} has no ledger row; {record}"));
+    }
+    for transition in applied.report.transitions.iter().filter(|t| !applied.report.added.contains(&t.cell)) {
+        applied.problems.push(format!(
+            "unrecorded: {} would go {} -> {}; {record}",
+            transition.cell, transition.from, transition.to
+        ));
+    }
+    applied
+}
+
 fn problems(ledger: &Ledger, report: &UpdateReport, every_variant: bool) -> Vec<String> {
     let mut problems = Vec::new();
     for cell in &report.regressions {

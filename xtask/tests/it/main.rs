@@ -111,6 +111,33 @@ fn a_run_narrowed_to_one_cell_runs_exactly_that_cell_and_changes_no_other_row() 
     assert!(!runs.contains("\"variant\":\"reactor\""), "the reactor variant did not run: {runs}");
 }
 
+/// `cargo xtask test` runs the cells as `--check`: a result the ledger does not hold fails the
+/// run, and nothing is written either way (a check's findings would otherwise be lost).
+#[test]
+fn a_check_run_writes_nothing_and_fails_on_any_change_it_would_make() {
+    let ledger = scratch_ledger();
+    let cells = ledger.path().join("cells.tsv");
+    let text = std::fs::read_to_string(&cells).unwrap().replace("memory\tFR-23\tPass", "memory\tFR-23\tUnknown");
+    std::fs::write(&cells, &text).unwrap();
+    let narrowed = ["--check", "--configuration", "memory", "--behaviour", "FR-23", "--behaviour", "FR-22"];
+    let output = conformance_with(ledger.path(), &narrowed);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        !output.status.success(),
+        "a change left unrecorded fails the check:
+{stderr}"
+    );
+    assert!(stderr.contains("unrecorded: memory/FR-23 would go Unknown -> Pass"), "{stderr}");
+    assert!(!stderr.contains("memory/FR-22 would"), "a cell the ledger holds is not named: {stderr}");
+    let files: Vec<_> = std::fs::read_dir(ledger.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(files, ["cells.tsv"], "a check writes no run record or page");
+    assert_eq!(std::fs::read_to_string(&cells).unwrap(), text, "a check leaves the rows alone");
+
+    let healthy = scratch_ledger();
+    let output = conformance_with(healthy.path(), &narrowed);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+}
+
 #[test]
 fn a_cell_that_fails_only_its_first_attempt_is_recorded_as_a_flake_and_stays_pass() {
     let ledger = scratch_ledger();
@@ -219,14 +246,14 @@ fn ledger_files(dir: &Path) -> std::collections::BTreeMap<String, Vec<u8>> {
 /// must pass on machines without Docker); `.ci/run` runs it with `--ignored` once its engine is
 /// up, and there a missing daemon or image makes it fail, never skip.
 #[test]
-#[ignore = "needs a Docker daemon and the Pub/Sub stand-in image (cargo xtask brokers images); .ci/run runs it with --ignored"]
+#[ignore = "needs a Docker daemon and the Pub/Sub stand-in image (cargo xtask brokers images gcp); .ci/run runs it with --ignored"]
 fn a_broker_container_dying_mid_run_fails_the_run_names_the_broker_and_leaves_the_ledger() {
     container_dies_mid_run("gcp", "CONFORMANCE_PUBSUB_IMAGE", PUBSUB_STAND_IN, "the Pub/Sub emulator container");
 }
 
 /// The same on RocketMQ, whose container runs on the host network (no published port to lose).
 #[test]
-#[ignore = "needs a Docker daemon and the RocketMQ image (cargo xtask brokers images); .ci/run runs it with --ignored"]
+#[ignore = "needs a Docker daemon and the RocketMQ image (cargo xtask brokers images rocketmq); .ci/broad runs it with --ignored"]
 fn a_rocketmq_container_dying_mid_run_fails_the_run_names_the_broker_and_leaves_the_ledger() {
     container_dies_mid_run("rocketmq", "CONFORMANCE_ROCKETMQ_IMAGE", ROCKETMQ_STAND_IN, "the RocketMQ container");
 }
