@@ -57,7 +57,8 @@ pub fn run(task: BrokersTask) -> Result<()> {
             }
             transports.iter().try_for_each(|transport| install_implementation(transport, implementation))
         }
-        BrokersTask::Images { transports } => crate::images::build(&transports),
+        // main.rs sends this one to `images` (which builds on this module, not the reverse).
+        BrokersTask::Images { .. } => unreachable!("main dispatches brokers images to images::build"),
     }
 }
 
@@ -282,7 +283,7 @@ fn install_rocketmq_rust() -> Result<()> {
     let crates = ROCKETMQ_RUST_CRATES.map(|(name, _)| format!("{name}@{ROCKETMQ_RUST_VERSION}"));
     let build = root().join("target/rocketmq-rust-install");
     run_quietly(
-        crate::conformance::cargo()
+        crate::build::cargo()
             // --force: a binary of another version (or half an earlier install) may be there.
             .args(["install", "--locked", "--force", "--quiet", "--root"])
             .arg(&install)

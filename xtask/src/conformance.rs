@@ -5,19 +5,20 @@
 //! to DIR for `cargo xtask ledger merge` instead (see `shard`).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use generator::Manifest;
-use ledger::{CellId, CellResult, ConfigurationRun, Ledger, RunRecord, Status, VariantResult};
+use ledger::{CellId, CellResult, Ledger, RunRecord, Status, VariantResult};
 
+use crate::build::{build_test_binaries, Features};
+use crate::evidence::{git_commit, run_record};
 use crate::libtest::{self, TestResult};
 use crate::root;
+use crate::runner::{run_all, BinaryRun, Built, Finished, Limits, RunWith};
 use crate::selection::{self, Selection};
-use contract::{BrokerLine, BrokerSource, FatalLine, Implementation, CELL_TIMEOUT_VARIABLE};
+use contract::{BrokerSource, Implementation};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -82,350 +83,6 @@ pub struct Args {
     implementation: Option<Implementation>,
 }
 
-/// One finished test of a generated binary.
-pub(crate) struct Finished {
-    pub(crate) name: String,
-    pub(crate) result: TestResult,
-    /// From the binary's start; every cell starts at once, so this is close to its own duration.
-    elapsed: Duration,
-}
-
-pub(crate) struct BinaryRun {
-    pub(crate) configurations: Vec<String>,
-    pub(crate) finished: Vec<Finished>,
-    pub(crate) failures: BTreeMap<String, String>,
-    pub(crate) wall: Duration,
-    flakes: Vec<Flaked>,
-    pub(crate) broker: ledger::BrokerProvenance,
-}
-
-/// A test that failed, then passed when run again alone.
-struct Flaked {
-    cell: CellId,
-    variant: String,
-    first_failure: String,
-}
-
-/// A cargo command without the variables `cargo run` and `cargo test` set about the xtask package
-/// itself. Build scripts declare `rerun-if-env-changed` on some of them (ring's, through cc:
-/// CARGO_MANIFEST_DIR, CARGO_PKG_NAME, OUT_DIR, …), so a cargo that inherits xtask's values
-/// sees them changed and rebuilds ring and all that depends on it (rustls, every SDK), and the
-/// next build from a shell rebuilds them back: about 5 minutes on two cores each way.
-pub(crate) fn cargo() -> Command {
-    let mut command = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
-    for (name, _) in std::env::vars_os() {
-        if name.to_str().is_some_and(is_package_variable) {
-            command.env_remove(name);
-        }
-    }
-    command
-}
-
-/// Whether `name` is one of the variables cargo sets for the package it runs or builds.
-fn is_package_variable(name: &str) -> bool {
-    name.starts_with("CARGO_PKG_")
-        || name.starts_with("CARGO_BIN_")
-        || name.starts_with("CARGO_CFG_")
-        || matches!(
-            name,
-            "CARGO_MANIFEST_DIR"
-                | "CARGO_MANIFEST_PATH"
-                | "CARGO_MANIFEST_LINKS"
-                | "CARGO_CRATE_NAME"
-                | "CARGO_PRIMARY_PACKAGE"
-                | "CARGO_TARGET_TMPDIR"
-                | "CARGO_RUSTC_CURRENT_DIR"
-                | "OUT_DIR"
-        )
-}
-
-/// Which features the conformance test binaries are built with.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Features {
-    /// The union of the selected transports' features (with testcontainers unless the broker
-    /// source rules containers out): the least to compile, for a run on its own.
-    Selected,
-    /// Every feature, as the README's test command (`cargo xtask test`) builds the generated
-    /// crate: a run after it reuses its artifacts instead of recompiling the workspace for
-    /// another feature set (5 to 6 minutes on two cores per set).
-    All,
-}
-
-impl Features {
-    /// A run of memory alone stays lean (it needs no SDK); any broker transport builds with every
-    /// feature, since its SDK dominates the build and the README's test command built them all.
-    pub(crate) fn for_run(transports: &[(&str, &str)]) -> Features {
-        if transports.iter().all(|(transport, _)| *transport == "memory") {
-            Features::Selected
-        } else {
-            Features::All
-        }
-    }
-}
-
-/// Builds the test binaries of `transports` (name, feature) from the workspace at `workspace`
-/// (into `target_dir` when given, else cargo's default), in one cargo call, so the workspace
-/// crates compile once for the whole run instead of once per transport's feature set.
-pub(crate) fn build_test_binaries(
-    workspace: &Path,
-    target_dir: Option<&Path>,
-    transports: &[(&str, &str)],
-    brokers: BrokerSource,
-    features: Features,
-) -> Result<BTreeMap<String, PathBuf>> {
-    let mut command = cargo();
-    command.current_dir(workspace).args(["test", "--package", "generated"]);
-    if let Some(target_dir) = target_dir {
-        command.env("CARGO_TARGET_DIR", target_dir);
-    }
-    match features {
-        Features::All => {
-            command.arg("--all-features");
-        }
-        Features::Selected => {
-            let mut selected: Vec<&str> = transports.iter().map(|(_, feature)| *feature).collect();
-            if transports.iter().any(|(transport, _)| *transport != "memory") && brokers.may_use_containers() {
-                selected.push("containers");
-            }
-            command.args(["--no-default-features", "--features", &selected.join(",")]);
-        }
-    }
-    for (transport, _) in transports {
-        command.args(["--test", transport]);
-    }
-    let output = command
-        .args(["--no-run", "--message-format=json-render-diagnostics"])
-        .stderr(Stdio::inherit())
-        .output()
-        .context("cannot run cargo")?;
-    if !output.status.success() {
-        bail!("building the conformance tests in {} failed ({})", workspace.display(), output.status);
-    }
-    let mut executables = BTreeMap::new();
-    for line in String::from_utf8_lossy(&output.stdout).lines() {
-        let Ok(message) = serde_json::from_str::<serde_json::Value>(line) else { continue };
-        let name = message["target"]["name"].as_str().unwrap_or_default();
-        if let (true, Some(executable)) = (message["reason"] == "compiler-artifact", message["executable"].as_str()) {
-            executables.insert(name.to_owned(), PathBuf::from(executable));
-        }
-    }
-    for (transport, _) in transports {
-        if !executables.contains_key(*transport) {
-            bail!("cargo built no {transport} test executable");
-        }
-    }
-    Ok(executables)
-}
-
-/// The names of the tests `filters` select (all when empty).
-pub(crate) fn list_tests(executable: &Path, filters: &[String]) -> Result<Vec<String>> {
-    let output = Command::new(executable).args(["--list", "--include-ignored"]).args(filters).output()?;
-    Ok(String::from_utf8_lossy(&output.stdout)
-        .lines()
-        .filter_map(|line| line.strip_suffix(": test"))
-        .map(str::to_owned)
-        .collect())
-}
-
-/// libtest's `---- <name> stdout ----` sections, by test name.
-fn failure_sections(lines: &[String]) -> BTreeMap<String, String> {
-    let mut sections = BTreeMap::new();
-    let mut current: Option<(String, String)> = None;
-    for line in lines {
-        if let Some(name) = line.strip_prefix("---- ").and_then(|rest| rest.strip_suffix(" stdout ----")) {
-            sections.extend(current.take());
-            current = Some((name.to_owned(), String::new()));
-        } else if line == "failures:" || libtest::is_summary_line(line) {
-            sections.extend(current.take());
-        } else if let Some((_, text)) = current.as_mut() {
-            text.push_str(line);
-            text.push('\n');
-        }
-    }
-    sections.extend(current);
-    sections
-}
-
-/// One run of a transport's test binary.
-pub(crate) struct BinaryCall<'a> {
-    /// The workspace whose generated crate the binary runs from.
-    pub workspace: &'a Path,
-    pub transport: &'a str,
-    pub brokers: BrokerSource,
-    /// The second implementation the binary runs against, if any: every transport's variable is
-    /// always passed (the reference's name when this is none or another transport's), so a
-    /// CONFORMANCE_SQS_IMPL left in the shell cannot put another implementation's verdicts in the
-    /// ledger.
-    pub second: Option<Implementation>,
-    pub executable: &'a Path,
-    /// libtest filters (a test runs when any matches); empty runs every test.
-    pub filters: Vec<String>,
-    pub limits: Limits,
-}
-
-/// The time limits of a run.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Limits {
-    /// The binary is killed after this long, and the run fails naming the tests still running.
-    pub binary: Duration,
-    /// A cell fails after this long (providers::ceiling, told through its variable).
-    pub cell: Duration,
-}
-
-impl Limits {
-    /// The defaults of `--binary-timeout` and `--cell-timeout`, for callers with no flags for
-    /// them (the mutation run).
-    pub(crate) const DEFAULT: Limits = Limits { binary: Duration::from_secs(1200), cell: Duration::from_secs(300) };
-}
-
-/// Runs one transport's test binary, every selected cell at once.
-pub(crate) fn run_binary(call: &BinaryCall, done: &mut usize, total: usize) -> Result<BinaryOutcome> {
-    let BinaryCall { workspace, transport, brokers, executable, .. } = *call;
-    let tests = list_tests(executable, &call.filters)?;
-    let started = Instant::now();
-    let mut child = Command::new(executable)
-        .current_dir(workspace.join(generator::GENERATED))
-        // A thread per test, so every cell starts at once: the cells mostly wait (leases, settle
-        // windows), and a cell that waited for a free thread would take twice its own time
-        // (64 threads made the 96-cell sqs and gcp matrices run in two waves).
-        .args(["--include-ignored", "--test-threads", &tests.len().max(1).to_string()])
-        .args(&call.filters)
-        .env(BrokerSource::VARIABLE, brokers.name())
-        .envs(Implementation::REFERENCES.map(|reference| {
-            let chosen = call.second.filter(|second| second.transport() == reference.transport());
-            (reference.variable(), chosen.unwrap_or(reference).name())
-        }))
-        .env(CELL_TIMEOUT_VARIABLE, call.limits.cell.as_secs().to_string())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .with_context(|| format!("cannot start {}", executable.display()))?;
-    let watchdog = Watchdog::start(child.id(), call.limits.binary);
-    // The binary's stderr is passed through; a line in which providers::source stops it for its
-    // broker (`error: <transport> broker: …`) voids the run even if libtest's summary got out.
-    let broker_stopped = {
-        let stderr = BufReader::new(child.stderr.take().expect("piped"));
-        let transport = transport.to_owned();
-        std::thread::spawn(move || {
-            let (mut stopped, mut announced) = (None, None);
-            for line in stderr.lines().map_while(Result::ok) {
-                // The broker line is for xtask; the binary wrote a sentence for people beside it.
-                if let Some(broker) = BrokerLine::parse(&line) {
-                    announced.get_or_insert(broker.map_err(|error| format!("{line}: {error}")));
-                    continue;
-                }
-                eprintln!("{line}");
-                if stopped.is_none() && FatalLine::parse(&transport, &line).is_some() {
-                    stopped = Some(line);
-                }
-            }
-            (stopped, announced)
-        })
-    };
-    let (mut finished, mut lines, mut summarised) = (Vec::new(), Vec::new(), false);
-    for line in BufReader::new(child.stdout.take().expect("piped")).lines() {
-        let line = line?;
-        if let Some((name, result)) = libtest::parse_result_line(&line) {
-            *done += 1;
-            let elapsed = started.elapsed();
-            eprintln!("[{done:>3}/{total}] {name} ... {result:?} ({:.1} s)", elapsed.as_secs_f64());
-            finished.push(Finished { name: name.to_owned(), result, elapsed });
-        }
-        summarised |= libtest::is_summary_line(&line);
-        lines.push(line);
-    }
-    let status = child.wait()?;
-    if watchdog.fired() && !summarised {
-        let finished_names: BTreeSet<&str> = finished.iter().map(|f| f.name.as_str()).collect();
-        let running: Vec<&str> =
-            tests.iter().map(String::as_str).filter(|name| !finished_names.contains(name)).collect();
-        bail!(
-            "the {transport} conformance binary timed out after {} s (--binary-timeout) and was stopped; \
-             still running: {}; the ledger is left untouched",
-            call.limits.binary.as_secs(),
-            running.join(", ")
-        );
-    }
-    let (stopped, announced) = broker_stopped.join().expect("the stderr reader panicked");
-    if let Some(line) = stopped {
-        bail!(
-            "the {transport} conformance binary stopped for its broker ({status}): {line}; the ledger is left untouched"
-        );
-    }
-    if !summarised {
-        bail!(
-            "the {transport} conformance binary ended without a test summary ({status}): a broker or the binary died; \
-             the ledger is left untouched"
-        );
-    }
-    let announced = announced.transpose().map_err(|line| {
-        anyhow::anyhow!("the {transport} binary's broker line does not read as the contract's: {line}")
-    })?;
-    let broker = provenance(transport, announced.as_ref());
-    Ok(BinaryOutcome { finished, failures: failure_sections(&lines), wall: started.elapsed(), broker })
-}
-
-/// What one run of a test binary reported.
-pub(crate) struct BinaryOutcome {
-    pub(crate) finished: Vec<Finished>,
-    /// libtest's failure sections, by test name.
-    pub(crate) failures: BTreeMap<String, String>,
-    pub(crate) wall: Duration,
-    /// The broker the cells ran against, from the binary's `contract::BrokerLine`.
-    pub(crate) broker: ledger::BrokerProvenance,
-}
-
-/// The broker behind a run, from the binary's [`BrokerLine`] and the project's pins.
-fn provenance(transport: &str, announced: Option<&BrokerLine>) -> ledger::BrokerProvenance {
-    let Some(line) = announced else {
-        // The in-memory transport has no broker process: it runs in the test binary.
-        return ledger::BrokerProvenance {
-            transport: transport.to_owned(),
-            source: "in-process".to_owned(),
-            implementation: format!("gateway {transport}"),
-            version: env!("CARGO_PKG_VERSION").to_owned(),
-        };
-    };
-    let version = match line.source.as_str() {
-        "local" => crate::brokers::pinned_version(transport, &line.implementation).unwrap_or_default(),
-        _ => String::new(),
-    };
-    ledger::BrokerProvenance {
-        transport: transport.to_owned(),
-        source: line.source.clone(),
-        implementation: line.implementation.clone(),
-        version,
-    }
-}
-
-/// Kills a process that outlives its limit, from a thread of its own.
-struct Watchdog {
-    done: std::sync::mpsc::Sender<()>,
-    fired: std::sync::Arc<std::sync::atomic::AtomicBool>,
-}
-
-impl Watchdog {
-    fn start(pid: u32, limit: Duration) -> Watchdog {
-        let (done, finished) = std::sync::mpsc::channel::<()>();
-        let fired = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let flag = fired.clone();
-        std::thread::spawn(move || {
-            if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = finished.recv_timeout(limit) {
-                flag.store(true, std::sync::atomic::Ordering::SeqCst);
-                // SIGKILL: a hung binary may not answer anything gentler. Its local brokers
-                // read their stdin from it, and stop when it dies.
-                let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).status();
-            }
-        });
-        Watchdog { done, fired }
-    }
-
-    fn fired(&self) -> bool {
-        let _ = self.done.send(());
-        self.fired.load(std::sync::atomic::Ordering::SeqCst)
-    }
-}
-
 fn variant_result(results: &[&Finished], variant: &str) -> VariantResult {
     let mut found = results.iter().filter(|f| libtest::cell_of(&f.name).is_some_and(|(_, v, _)| v == variant));
     match found.next().map(|f| f.result) {
@@ -451,31 +108,6 @@ pub(crate) fn selected_transports<'m>(manifest: &'m Manifest, asked: &[String]) 
             })
         })
         .collect()
-}
-
-/// Whether the working tree has changes git would show (the commit alone does not say what ran).
-fn git_dirty() -> bool {
-    Command::new("git")
-        .current_dir(root())
-        .args(["status", "--porcelain"])
-        .output()
-        .is_ok_and(|output| !output.stdout.is_empty())
-}
-
-/// `rustc -V` of the toolchain that built the cells.
-fn toolchain() -> Option<String> {
-    let output = Command::new("rustc").current_dir(root()).arg("-V").output().ok()?;
-    output.status.success().then(|| String::from_utf8_lossy(&output.stdout).trim().to_owned())
-}
-
-pub(crate) fn git_commit() -> String {
-    Command::new("git")
-        .current_dir(root())
-        .args(["rev-parse", "--short", "HEAD"])
-        .output()
-        .ok()
-        .filter(|output| output.status.success())
-        .map_or_else(|| "unknown".into(), |output| String::from_utf8_lossy(&output.stdout).trim().to_owned())
 }
 
 pub fn run(args: &Args) -> Result<()> {
@@ -566,7 +198,7 @@ pub fn run(args: &Args) -> Result<()> {
         None => crate::record::apply(&root, &manifest, &ledger_dir, &mut ledger, &results, &record, every_variant)?,
     };
     if let Some(path) = &args.junit {
-        crate::conformance::junit::write(path, &runs, &modules)?;
+        crate::junit::write(path, &runs, &modules)?;
     }
     print_summary(&record, &applied.report, &timings, &runs);
     if !applied.problems.is_empty() {
@@ -652,13 +284,6 @@ impl Slice {
     }
 }
 
-/// What the test binaries are told about their brokers.
-#[derive(Clone, Copy)]
-struct RunWith {
-    brokers: BrokerSource,
-    second: Option<Implementation>,
-}
-
 /// The broker source a run uses: a second implementation exists only as a local process, so
 /// `--impl elasticmq` (or rocketmq-rust) turns `auto` into `local` and refuses `env` and
 /// `containers` (their broker is whatever the endpoint or image is, which would be recorded under
@@ -724,85 +349,6 @@ fn not_served<'m>(manifest: &'m Manifest, implementation: Implementation, transp
         .collect()
 }
 
-/// A built test binary and the filters selecting this run's tests in it.
-type Built<'a> = (&'a str, PathBuf, Vec<String>);
-
-/// Runs every binary once and checks each reported every selected test. With `ledger`, a failed
-/// test whose cell is not Deferred is run again, alone: passing then makes it a flake (recorded,
-/// and counted as the pass it is), failing again leaves the failure.
-fn run_all(
-    root: &Path,
-    run_with: RunWith,
-    binaries: &[Built],
-    selection: &Selection,
-    modules: &BTreeMap<String, &str>,
-    limits: Limits,
-    ledger: Option<&Ledger>,
-) -> Result<Vec<BinaryRun>> {
-    let total: usize = binaries.iter().map(|(_, exe, filters)| list_tests(exe, filters).map_or(0, |t| t.len())).sum();
-    let (mut done, mut runs) = (0, Vec::new());
-    let RunWith { brokers, second } = run_with;
-    for (transport, executable, filters) in binaries {
-        let call = |filters: Vec<String>| BinaryCall {
-            workspace: root,
-            transport,
-            brokers,
-            second,
-            executable,
-            filters,
-            limits,
-        };
-        let BinaryOutcome { mut finished, mut failures, wall, broker } =
-            run_binary(&call(filters.clone()), &mut done, total)?;
-        let missing: Vec<String> = selection
-            .expected(transport)
-            .into_iter()
-            .filter(|expected| !finished.iter().any(|f| expected.is(&f.name)))
-            .map(|t| format!("{}/{} ({})", modules.get(&t.module).copied().unwrap_or("?"), t.behaviour, t.variant))
-            .collect();
-        if !missing.is_empty() {
-            bail!(
-                "the {transport} run reported no result for {} selected test(s): {}; the ledger is left untouched",
-                missing.len(),
-                missing.join(", ")
-            );
-        }
-        let mut flakes = Vec::new();
-        if let Some(ledger) = ledger {
-            for test in finished.iter_mut().filter(|f| f.result == TestResult::Failed) {
-                let Some((module, variant, number)) = libtest::cell_of(&test.name) else { continue };
-                let Some(configuration) = modules.get(module) else { continue };
-                let cell = CellId::new(*configuration, number);
-                if matches!(ledger.get(&cell), Some(Status::Deferred { .. })) {
-                    continue;
-                }
-                eprintln!("rerunning {} alone: {cell} is not Deferred", test.name);
-                let again = run_binary(&call(vec![test.name.clone()]), &mut 0, 1)?.finished;
-                if again.iter().any(|r| r.name == test.name && r.result == TestResult::Ok) {
-                    let first = failures.remove(&test.name).unwrap_or_default();
-                    eprintln!("flake: {cell} ({variant}) failed, then passed alone");
-                    flakes.push(Flaked { cell, variant: variant.to_owned(), first_failure: panic_message(&first) });
-                    test.result = TestResult::Ok;
-                }
-            }
-        }
-        let configurations = selection.configurations_of(transport).iter().map(|c| c.name.clone()).collect();
-        runs.push(BinaryRun { configurations, finished, failures, wall, flakes, broker });
-    }
-    Ok(runs)
-}
-
-/// The panic message of a libtest failure section, without the backtrace and the "thread …
-/// panicked at" line.
-pub(crate) fn panic_message(section: &str) -> String {
-    let text = section.split("stack backtrace:").next().unwrap_or_default();
-    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty() && !l.starts_with("note: ")).collect();
-    match lines.iter().position(|l| l.starts_with("thread ") && l.contains("panicked at")) {
-        Some(at) => lines[at + 1..].join("\n"),
-        None => lines.join("\n"),
-    }
-}
-
 /// `--repeat N`: the selected tests N times over, and each cell's pass rate. Nothing is rerun
 /// (the point is to see the raw rate) and the ledger is not touched.
 #[allow(clippy::too_many_arguments)]
@@ -842,66 +388,6 @@ fn repeat(
     Ok(())
 }
 
-fn run_record(runs: &[BinaryRun], modules: &BTreeMap<String, &str>, digest: String) -> RunRecord {
-    let mut tallies: BTreeMap<(String, String), ConfigurationRun> = BTreeMap::new();
-    let mut cells = Vec::new();
-    for run in runs {
-        for finished in &run.finished {
-            let Some((module, variant, number)) = libtest::cell_of(&finished.name) else { continue };
-            let Some(configuration) = modules.get(module) else { continue };
-            let cell = CellId::new(*configuration, number);
-            let flaky = run.flakes.iter().any(|f| f.cell == cell && f.variant == variant);
-            let result = match finished.result {
-                TestResult::Ok if flaky => ledger::CellRun::FLAKY,
-                TestResult::Ok => ledger::CellRun::PASSED,
-                TestResult::Failed => ledger::CellRun::FAILED,
-                TestResult::Ignored => ledger::CellRun::SKIPPED,
-            };
-            cells.push(ledger::CellRun {
-                cell: cell.to_string(),
-                variant: variant.to_owned(),
-                result: result.to_owned(),
-                duration_ms: finished.elapsed.as_millis() as u64,
-            });
-            let tally =
-                tallies.entry((configuration.to_string(), variant.to_owned())).or_insert_with(|| ConfigurationRun {
-                    configuration: configuration.to_string(),
-                    variant: variant.to_owned(),
-                    passed: 0,
-                    failed: 0,
-                    skipped: 0,
-                    wall_ms: run.wall.as_millis() as u64,
-                    flakes: run
-                        .flakes
-                        .iter()
-                        .filter(|f| f.cell.configuration == *configuration && f.variant == variant)
-                        .map(|f| ledger::Flake {
-                            cell: f.cell.to_string(),
-                            variant: f.variant.clone(),
-                            first_failure: f.first_failure.clone(),
-                        })
-                        .collect(),
-                });
-            match finished.result {
-                TestResult::Ok => tally.passed += 1,
-                TestResult::Failed => tally.failed += 1,
-                TestResult::Ignored => tally.skipped += 1,
-            }
-        }
-    }
-    cells.sort_by(|a, b| (&a.cell, &a.variant).cmp(&(&b.cell, &b.variant)));
-    RunRecord {
-        date: ledger::now_rfc3339(),
-        commit: git_commit(),
-        dirty: git_dirty(),
-        toolchain: toolchain(),
-        digest: Some(digest),
-        brokers: runs.iter().map(|run| run.broker.clone()).collect(),
-        configurations: tallies.into_values().collect(),
-        cells,
-    }
-}
-
 fn print_summary(
     record: &RunRecord,
     report: &ledger::UpdateReport,
@@ -936,45 +422,6 @@ fn print_summary(
     }
 }
 
-mod junit {
-    //! The run as JUnit XML: one suite per configuration and variant, one case per behaviour.
-
-    use super::*;
-    use quick_junit::{NonSuccessKind, Report, TestCase, TestCaseStatus, TestSuite};
-
-    pub fn write(path: &Path, runs: &[BinaryRun], modules: &BTreeMap<String, &str>) -> Result<()> {
-        let mut suites: BTreeMap<String, TestSuite> = BTreeMap::new();
-        for run in runs {
-            for finished in &run.finished {
-                let Some((module, variant, number)) = libtest::cell_of(&finished.name) else { continue };
-                let configuration = modules.get(module).copied().unwrap_or(module);
-                let status = match finished.result {
-                    TestResult::Ok => TestCaseStatus::success(),
-                    TestResult::Ignored => TestCaseStatus::skipped(),
-                    TestResult::Failed => {
-                        let mut status = TestCaseStatus::non_success(NonSuccessKind::Failure);
-                        if let Some(text) = run.failures.get(&finished.name) {
-                            status.set_description(text.clone());
-                        }
-                        status
-                    }
-                };
-                let mut case = TestCase::new(format!("{number} {}", finished.name), status);
-                case.set_classname(format!("{configuration}.{variant}"));
-                case.set_time(finished.elapsed);
-                suites
-                    .entry(format!("{configuration}/{variant}"))
-                    .or_insert_with_key(|name| TestSuite::new(name.clone()))
-                    .add_test_case(case);
-            }
-        }
-        let mut report = Report::new("conformance");
-        report.add_test_suites(suites.into_values());
-        let xml = report.to_string().context("rendering JUnit XML")?;
-        std::fs::write(path, xml).with_context(|| format!("writing {}", path.display()))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -992,16 +439,6 @@ mod tests {
 
     fn strings(values: &[&str]) -> Vec<String> {
         values.iter().map(|v| v.to_string()).collect()
-    }
-
-    #[test]
-    fn cargo_is_run_without_the_variables_cargo_set_for_xtask() {
-        for name in ["CARGO_MANIFEST_DIR", "CARGO_PKG_NAME", "CARGO_PKG_VERSION_MAJOR", "OUT_DIR", "CARGO_CRATE_NAME"] {
-            assert!(is_package_variable(name), "{name}");
-        }
-        for name in ["CARGO", "CARGO_HOME", "CARGO_TARGET_DIR", "RUSTFLAGS", "PATH"] {
-            assert!(!is_package_variable(name), "{name}");
-        }
     }
 
     #[test]

@@ -10,8 +10,8 @@ use anyhow::Result;
 use ledger::{Behaviour, CellId, CellResult, Fidelity, Ledger, RunRecord, Verdict};
 
 use crate::brokers::Implementation;
-use crate::conformance::{panic_message, BinaryRun};
 use crate::libtest;
+use crate::runner::{panic_message, BinaryRun};
 
 pub const TABLE: &str = "fidelity.tsv";
 pub const RUNS: &str = "fidelity-runs.jsonl";

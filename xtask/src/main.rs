@@ -1,14 +1,18 @@
 //! The project's task runner (the cargo-xtask convention): `cargo xtask <task>`.
 
 mod brokers;
+mod build;
 mod conformance;
+mod evidence;
 mod fidelity;
 mod images;
+mod junit;
 mod ledger_diff;
 mod ledger_tasks;
 mod libtest;
 mod mutants;
 mod record;
+mod runner;
 mod selection;
 mod shard;
 mod workflows;
@@ -91,7 +95,7 @@ fn test(brokers: Option<contract::BrokerSource>) -> Result<()> {
     eprintln!("brokers: {} (each broker-backed test binary says which source it used)", brokers.name());
     brokers::INSTALLABLE.iter().try_for_each(|transport| brokers::install(transport))?;
     let cargo_test = |args: &[&str]| -> Result<()> {
-        let status = conformance::cargo()
+        let status = build::cargo()
             .current_dir(root())
             .arg("test")
             .args(args)
@@ -122,6 +126,7 @@ fn main() -> ExitCode {
         Task::Conformance(args) => conformance::run(&args),
         Task::Mutants(args) => mutants::run(&args),
         Task::Ledger(task) => ledger_tasks::run(task),
+        Task::Brokers(brokers::BrokersTask::Images { transports }) => images::build(&transports),
         Task::Brokers(task) => brokers::run(task),
         Task::Test { brokers } => test(brokers),
         Task::LintWorkflows => workflows::run(),

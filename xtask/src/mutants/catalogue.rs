@@ -58,8 +58,8 @@ pub enum Expectation {
 
 impl Mutant {
     /// The time limits of this mutant's run.
-    pub fn limits(&self) -> crate::conformance::Limits {
-        let mut limits = crate::conformance::Limits::DEFAULT;
+    pub fn limits(&self) -> crate::runner::Limits {
+        let mut limits = crate::runner::Limits::DEFAULT;
         if let Some(seconds) = self.cell_timeout {
             limits.cell = std::time::Duration::from_secs(seconds);
         }

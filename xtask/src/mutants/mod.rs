@@ -18,9 +18,9 @@ use ledger::Behaviour;
 
 use contract::BrokerSource;
 
-use crate::conformance;
 use crate::libtest::{self, TestResult};
 use crate::root;
+use crate::{build, conformance, evidence, runner};
 use catalogue::{Catalogue, Expectation};
 use matrix::{Outcome, Verdict};
 use scratch::Scratch;
@@ -59,12 +59,12 @@ fn build(
     let selected: Vec<(&str, &str)> = transports.iter().map(|t| (t.name.as_str(), t.feature.as_str())).collect();
     // The selected features only: the scratch copy is a workspace of its own path, so nothing of
     // the README's build is reused, and every mutant recompiles what its features pull in.
-    conformance::build_test_binaries(
+    build::build_test_binaries(
         &scratch.root,
         Some(&root().join("target")),
         &selected,
         brokers,
-        conformance::Features::Selected,
+        build::Features::Selected,
     )
     .with_context(|| format!("{label}: the scratch workspace does not build; a mutant must compile"))
 }
@@ -76,7 +76,7 @@ fn measure(
     manifest: &Manifest,
     brokers: BrokerSource,
     label: &str,
-    limits: conformance::Limits,
+    limits: runner::Limits,
 ) -> Result<CellPasses> {
     eprintln!(
         "mutants: {label}: building {}",
@@ -90,8 +90,8 @@ fn measure(
         let executable = executables
             .get(&transport.name)
             .with_context(|| format!("cargo built no {} test executable", transport.name))?;
-        let total = conformance::list_tests(executable, &[])?.len();
-        let call = conformance::BinaryCall {
+        let total = runner::list_tests(executable, &[])?.len();
+        let call = runner::BinaryCall {
             workspace: &scratch.root,
             transport: &transport.name,
             brokers,
@@ -101,7 +101,7 @@ fn measure(
             filters: Vec::new(),
             limits,
         };
-        let conformance::BinaryOutcome { finished, wall, .. } = conformance::run_binary(&call, &mut 0, total)
+        let runner::BinaryOutcome { finished, wall, .. } = runner::run_binary(&call, &mut 0, total)
             .with_context(|| format!("{label}: the {} cells did not complete", transport.name))?;
         eprintln!("mutants: {label}: {} ran in {:.1} s", transport.name, wall.as_secs_f64());
         for test in &finished {
@@ -190,8 +190,8 @@ pub fn run(args: &Args) -> Result<()> {
 
     let names: Vec<&str> = chosen.iter().map(|t| t.name.as_str()).collect();
     let mut scratch = Scratch::sync(&root, &names)?;
-    let healthy = measure(&scratch, &chosen, &manifest, args.brokers, "healthy", conformance::Limits::DEFAULT)?;
-    let commit = conformance::git_commit();
+    let healthy = measure(&scratch, &chosen, &manifest, args.brokers, "healthy", runner::Limits::DEFAULT)?;
+    let commit = evidence::git_commit();
     let results_path = root.join(matrix::RESULTS);
     let mut results = matrix::load(&results_path)?;
     results.retain(|(mutant, _), _| catalogue.mutants.iter().any(|m| &m.id == mutant));

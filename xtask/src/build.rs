@@ -1,0 +1,135 @@
+//! Building the generated test binaries: a cargo that does not inherit xtask's own package
+//! variables, the feature set, and one cargo call for every selected transport.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use anyhow::{bail, Context, Result};
+use contract::BrokerSource;
+
+/// A cargo command without the variables `cargo run` and `cargo test` set about the xtask package
+/// itself. Build scripts declare `rerun-if-env-changed` on some of them (ring's, through cc:
+/// CARGO_MANIFEST_DIR, CARGO_PKG_NAME, OUT_DIR, …), so a cargo that inherits xtask's values
+/// sees them changed and rebuilds ring and all that depends on it (rustls, every SDK), and the
+/// next build from a shell rebuilds them back: about 5 minutes on two cores each way.
+pub(crate) fn cargo() -> Command {
+    let mut command = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    for (name, _) in std::env::vars_os() {
+        if name.to_str().is_some_and(is_package_variable) {
+            command.env_remove(name);
+        }
+    }
+    command
+}
+
+/// Whether `name` is one of the variables cargo sets for the package it runs or builds.
+fn is_package_variable(name: &str) -> bool {
+    name.starts_with("CARGO_PKG_")
+        || name.starts_with("CARGO_BIN_")
+        || name.starts_with("CARGO_CFG_")
+        || matches!(
+            name,
+            "CARGO_MANIFEST_DIR"
+                | "CARGO_MANIFEST_PATH"
+                | "CARGO_MANIFEST_LINKS"
+                | "CARGO_CRATE_NAME"
+                | "CARGO_PRIMARY_PACKAGE"
+                | "CARGO_TARGET_TMPDIR"
+                | "CARGO_RUSTC_CURRENT_DIR"
+                | "OUT_DIR"
+        )
+}
+
+/// Which features the conformance test binaries are built with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Features {
+    /// The union of the selected transports' features (with testcontainers unless the broker
+    /// source rules containers out): the least to compile, for a run on its own.
+    Selected,
+    /// Every feature, as the README's test command (`cargo xtask test`) builds the generated
+    /// crate: a run after it reuses its artifacts instead of recompiling the workspace for
+    /// another feature set (5 to 6 minutes on two cores per set).
+    All,
+}
+
+impl Features {
+    /// A run of memory alone stays lean (it needs no SDK); any broker transport builds with every
+    /// feature, since its SDK dominates the build and the README's test command built them all.
+    pub(crate) fn for_run(transports: &[(&str, &str)]) -> Features {
+        if transports.iter().all(|(transport, _)| *transport == "memory") {
+            Features::Selected
+        } else {
+            Features::All
+        }
+    }
+}
+
+/// Builds the test binaries of `transports` (name, feature) from the workspace at `workspace`
+/// (into `target_dir` when given, else cargo's default), in one cargo call, so the workspace
+/// crates compile once for the whole run instead of once per transport's feature set.
+pub(crate) fn build_test_binaries(
+    workspace: &Path,
+    target_dir: Option<&Path>,
+    transports: &[(&str, &str)],
+    brokers: BrokerSource,
+    features: Features,
+) -> Result<BTreeMap<String, PathBuf>> {
+    let mut command = cargo();
+    command.current_dir(workspace).args(["test", "--package", "generated"]);
+    if let Some(target_dir) = target_dir {
+        command.env("CARGO_TARGET_DIR", target_dir);
+    }
+    match features {
+        Features::All => {
+            command.arg("--all-features");
+        }
+        Features::Selected => {
+            let mut selected: Vec<&str> = transports.iter().map(|(_, feature)| *feature).collect();
+            if transports.iter().any(|(transport, _)| *transport != "memory") && brokers.may_use_containers() {
+                selected.push("containers");
+            }
+            command.args(["--no-default-features", "--features", &selected.join(",")]);
+        }
+    }
+    for (transport, _) in transports {
+        command.args(["--test", transport]);
+    }
+    let output = command
+        .args(["--no-run", "--message-format=json-render-diagnostics"])
+        .stderr(Stdio::inherit())
+        .output()
+        .context("cannot run cargo")?;
+    if !output.status.success() {
+        bail!("building the conformance tests in {} failed ({})", workspace.display(), output.status);
+    }
+    let mut executables = BTreeMap::new();
+    for line in String::from_utf8_lossy(&output.stdout).lines() {
+        let Ok(message) = serde_json::from_str::<serde_json::Value>(line) else { continue };
+        let name = message["target"]["name"].as_str().unwrap_or_default();
+        if let (true, Some(executable)) = (message["reason"] == "compiler-artifact", message["executable"].as_str()) {
+            executables.insert(name.to_owned(), PathBuf::from(executable));
+        }
+    }
+    for (transport, _) in transports {
+        if !executables.contains_key(*transport) {
+            bail!("cargo built no {transport} test executable");
+        }
+    }
+    Ok(executables)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cargo_is_run_without_the_variables_cargo_set_for_xtask() {
+        for name in ["CARGO_MANIFEST_DIR", "CARGO_PKG_NAME", "CARGO_PKG_VERSION_MAJOR", "OUT_DIR", "CARGO_CRATE_NAME"] {
+            assert!(is_package_variable(name), "{name}");
+        }
+        for name in ["CARGO", "CARGO_HOME", "CARGO_TARGET_DIR", "RUSTFLAGS", "PATH"] {
+            assert!(!is_package_variable(name), "{name}");
+        }
+    }
+}

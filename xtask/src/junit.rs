@@ -1,0 +1,42 @@
+//! The run as JUnit XML: one suite per configuration and variant, one case per behaviour.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use anyhow::{Context, Result};
+
+use crate::libtest::{self, TestResult};
+use crate::runner::BinaryRun;
+use quick_junit::{NonSuccessKind, Report, TestCase, TestCaseStatus, TestSuite};
+
+pub fn write(path: &Path, runs: &[BinaryRun], modules: &BTreeMap<String, &str>) -> Result<()> {
+    let mut suites: BTreeMap<String, TestSuite> = BTreeMap::new();
+    for run in runs {
+        for finished in &run.finished {
+            let Some((module, variant, number)) = libtest::cell_of(&finished.name) else { continue };
+            let configuration = modules.get(module).copied().unwrap_or(module);
+            let status = match finished.result {
+                TestResult::Ok => TestCaseStatus::success(),
+                TestResult::Ignored => TestCaseStatus::skipped(),
+                TestResult::Failed => {
+                    let mut status = TestCaseStatus::non_success(NonSuccessKind::Failure);
+                    if let Some(text) = run.failures.get(&finished.name) {
+                        status.set_description(text.clone());
+                    }
+                    status
+                }
+            };
+            let mut case = TestCase::new(format!("{number} {}", finished.name), status);
+            case.set_classname(format!("{configuration}.{variant}"));
+            case.set_time(finished.elapsed);
+            suites
+                .entry(format!("{configuration}/{variant}"))
+                .or_insert_with_key(|name| TestSuite::new(name.clone()))
+                .add_test_case(case);
+        }
+    }
+    let mut report = Report::new("conformance");
+    report.add_test_suites(suites.into_values());
+    let xml = report.to_string().context("rendering JUnit XML")?;
+    std::fs::write(path, xml).with_context(|| format!("writing {}", path.display()))
+}
