@@ -33,7 +33,7 @@ pub(crate) struct BinaryRun {
     pub(crate) broker: ledger::BrokerProvenance,
 }
 
-/// A test that failed, then passed when run again alone.
+/// A test that failed, then passed when run again.
 pub(crate) struct Flaked {
     pub(crate) cell: CellId,
     pub(crate) variant: String,
@@ -259,9 +259,10 @@ pub(crate) struct RunWith {
 /// A built test binary and the filters selecting this run's tests in it.
 pub(crate) type Built<'a> = (&'a str, PathBuf, Vec<String>);
 
-/// Runs every binary once and checks each reported every selected test. With `ledger`, a failed
-/// test whose cell is not Deferred is run again, alone: passing then makes it a flake (recorded,
-/// and counted as the pass it is), failing again leaves the failure.
+/// Runs every binary once and checks each reported every selected test. With `ledger`, the
+/// failed tests whose cells are not Deferred run again, together in one more run of their
+/// binary: passing then makes a test a flake (recorded, and counted as the pass it is), failing
+/// again leaves the failure.
 pub(crate) fn run_all(
     root: &Path,
     run_with: RunWith,
@@ -301,20 +302,36 @@ pub(crate) fn run_all(
         }
         let mut flakes = Vec::new();
         if let Some(ledger) = ledger {
-            for test in finished.iter_mut().filter(|f| f.result == TestResult::Failed) {
-                let Some((module, variant, number)) = libtest::cell_of(&test.name) else { continue };
-                let Some(configuration) = modules.get(module) else { continue };
-                let cell = CellId::new(*configuration, number);
-                if matches!(ledger.get(&cell), Some(Status::Deferred { .. })) {
-                    continue;
-                }
-                eprintln!("rerunning {} alone: {cell} is not Deferred", test.name);
-                let again = run_binary(&call(vec![test.name.clone()]), &mut 0, 1)?.finished;
-                if again.iter().any(|r| r.name == test.name && r.result == TestResult::Ok) {
-                    let first = failures.remove(&test.name).unwrap_or_default();
-                    eprintln!("flake: {cell} ({variant}) failed, then passed alone");
-                    flakes.push(Flaked { cell, variant: variant.to_owned(), first_failure: panic_message(&first) });
-                    test.result = TestResult::Ok;
+            // Every failed test whose cell is not Deferred runs once more, all of them in one
+            // run of the binary (one broker start, at once as the first run ran them): a test
+            // that passes then is a flake, one that fails again a regression.
+            let suspects: Vec<(usize, CellId, String)> = finished
+                .iter()
+                .enumerate()
+                .filter(|(_, test)| test.result == TestResult::Failed)
+                .filter_map(|(index, test)| {
+                    let (module, variant, number) = libtest::cell_of(&test.name)?;
+                    let cell = CellId::new(*modules.get(module)?, number);
+                    let deferred = matches!(ledger.get(&cell), Some(Status::Deferred { .. }));
+                    (!deferred).then(|| (index, cell, variant.to_owned()))
+                })
+                .collect();
+            if !suspects.is_empty() {
+                let names: Vec<String> = suspects.iter().map(|(index, ..)| finished[*index].name.clone()).collect();
+                eprintln!(
+                    "rerunning {} failed test(s) whose cells are not Deferred: {}",
+                    names.len(),
+                    names.join(", ")
+                );
+                let again = run_binary(&call(names.clone()), &mut 0, names.len())?.finished;
+                for (index, cell, variant) in suspects {
+                    let test = &mut finished[index];
+                    if again.iter().any(|r| r.name == test.name && r.result == TestResult::Ok) {
+                        let first = failures.remove(&test.name).unwrap_or_default();
+                        eprintln!("flake: {cell} ({variant}) failed, then passed on its rerun");
+                        flakes.push(Flaked { cell, variant, first_failure: panic_message(&first) });
+                        test.result = TestResult::Ok;
+                    }
                 }
             }
         }
