@@ -203,7 +203,7 @@ impl Fidelity {
              ledger/cells.tsv; do not edit by hand (explanations go in the note column of fidelity.tsv). -->\n\
              # Fidelity\n\n\
              Each cell's verdict on a second implementation of its transport's broker, beside the main \
-             ledger's status, which is the reference implementation's (see README, Brokers). A cell that \
+             ledger's status, which is the reference implementation's (see docs/BROKERS.md). A cell that \
              differs is a claim about the emulator as much as about the library; the note says what the \
              broker did.\n",
         );
