@@ -144,6 +144,12 @@ fn test_context(
     context.insert("ignore", &ignore_literal(ledger.get(&cell)));
     context.insert("counter", configuration.counter.name());
     context.insert("lease_ms", &configuration.lease_ms);
+    // The lease the manifest gives, as the cell declares it to its provider (which must agree).
+    let lease = match configuration.lease_ms {
+        Some(ms) => format!("Some(std::time::Duration::from_millis({ms}))"),
+        None => "None".to_owned(),
+    };
+    context.insert("lease", &lease);
     context.insert("cumulative_commit", &configuration.cumulative_commit);
     context.insert("single_consumer", &configuration.single_consumer);
     context.insert("bounds", &configuration.bounds().expect("validated at load"));

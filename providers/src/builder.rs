@@ -6,6 +6,7 @@
 //! and is a [`Provider`] through it.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use gateway::{Channel, ChannelError, MakeChannels, Producer, Subscription};
@@ -59,6 +60,12 @@ pub trait CellBroker: Send + Sync {
     /// The cell's names, from `unique` (the cell's [`CellSpec::unique_name`]).
     fn names(&self, unique: &str) -> CellNames;
 
+    /// The lease every cell's channel gets (none: the broker has none, or it is not this
+    /// provider's to set); the manifest's `lease_ms` must say the same.
+    fn lease(&self) -> Option<Duration> {
+        None
+    }
+
     /// The cell's channel on `plan.subscription`, with the cells' lease.
     async fn channel(&self, plan: &CellPlan, created: &mut Self::Created) -> Arc<dyn Channel>;
 
@@ -102,6 +109,17 @@ pub async fn build<B: CellBroker + ?Sized>(broker: &'static B, spec: CellSpec) -
         crate::peer::serve(&*channel, &request).await
     }
     crate::fault::fail_first_attempt(&format!("{}-{}-{}", broker.configuration(), spec.behaviour, spec.variant));
+    if let Some(declared) = spec.lease {
+        // The lease is written twice, in the manifest (which the templates' bounds derive from)
+        // and in the provider (which sets it): a cell must not run on two different ones.
+        assert_eq!(
+            declared,
+            broker.lease(),
+            "{}: templates/manifest.yaml's lease_ms and the provider's lease differ; the cells' bounds \
+             assume the manifest's",
+            broker.configuration()
+        );
+    }
     let unique = spec.unique_name(broker.configuration());
     let _step = step(|| format!("building the cell {unique}: its queues or topics, channels and producer"));
     let plan = plan(broker, spec, &unique);

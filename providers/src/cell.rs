@@ -45,11 +45,21 @@ pub struct CellSpec {
     pub invalid_channel: bool,
     /// The budget R; `-1` unlimited. A provider with a native redrive limit sets M above it.
     pub requeue_count: i32,
+    /// The lease the manifest gives the configuration (`lease_ms`; `Some(None)`: no lease), as a
+    /// generated cell declares it; the provider's own lease must be the same (`builder::build`
+    /// checks). `None`: not declared (a bespoke test).
+    pub lease: Option<Option<Duration>>,
 }
 
 impl CellSpec {
     pub fn new(behaviour: &'static str, variant: Variant) -> CellSpec {
-        CellSpec { behaviour, variant, dead_letter: false, invalid_channel: false, requeue_count: -1 }
+        CellSpec { behaviour, variant, dead_letter: false, invalid_channel: false, requeue_count: -1, lease: None }
+    }
+
+    /// Declares the manifest's lease for the configuration (see [`CellSpec::lease`]).
+    pub fn with_lease(mut self, lease: Option<Duration>) -> CellSpec {
+        self.lease = Some(lease);
+        self
     }
 
     pub fn with_dead_letter(mut self) -> CellSpec {

@@ -145,6 +145,10 @@ impl CellBroker for GcpConfiguration {
         self.name
     }
 
+    fn lease(&self) -> Option<Duration> {
+        Some(LEASE)
+    }
+
     /// A topic named as the cell, and its subscription `<topic>-sub`.
     fn names(&self, topic: &str) -> CellNames {
         CellNames::new(format!("{topic}-sub"), topic)

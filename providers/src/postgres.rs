@@ -129,6 +129,10 @@ impl CellBroker for PostgresConfiguration {
         self.name
     }
 
+    fn lease(&self) -> Option<Duration> {
+        Some(LEASE)
+    }
+
     /// A queue named as the cell, received by the subscription `<queue>-sub`.
     fn names(&self, queue: &str) -> CellNames {
         CellNames::new(format!("{queue}-sub"), queue)

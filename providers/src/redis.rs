@@ -111,6 +111,10 @@ impl CellBroker for RedisConfiguration {
         self.name
     }
 
+    fn lease(&self) -> Option<Duration> {
+        Some(LEASE)
+    }
+
     /// A stream named as the cell, consumed by the group `<stream>-group`.
     fn names(&self, stream: &str) -> CellNames {
         CellNames::new(format!("{stream}-group"), stream)

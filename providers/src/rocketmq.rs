@@ -171,6 +171,10 @@ impl CellBroker for RocketMqConfiguration {
         self.name
     }
 
+    fn lease(&self) -> Option<Duration> {
+        Some(LEASE)
+    }
+
     /// A topic named as the cell, consumed by the group `<topic>-group`.
     fn names(&self, topic: &str) -> CellNames {
         CellNames::new(format!("{topic}-group"), topic)

@@ -184,6 +184,10 @@ impl CellBroker for SqsConfiguration {
         self.name
     }
 
+    fn lease(&self) -> Option<Duration> {
+        Some(LEASE)
+    }
+
     /// A queue named as the cell (`.fifo` on a FIFO configuration, and on its destinations);
     /// `sns` publishes to the topic `<cell>-topic` feeding it.
     fn names(&self, base: &str) -> CellNames {

@@ -22,8 +22,12 @@ fn competing_consumers_share_one_budget() {
         #[allow(unused)]
         const SETTLE: std::time::Duration = std::time::Duration::from_millis(11840);
 
-        let cell = providers::gcp_pull()
-            .blocking_cell(CellSpec::new("DC-3", Variant::Reactor).with_dead_letter().with_budget(R));
+        let cell = providers::gcp_pull().blocking_cell(
+            CellSpec::new("DC-3", Variant::Reactor)
+                .with_lease(Some(std::time::Duration::from_millis(10000)))
+                .with_dead_letter()
+                .with_budget(R),
+        );
         let rival = cell.competitor();
         let sent = cell.message();
         // One handler behind both pumps: it counts every dispatch, whichever pump made it.

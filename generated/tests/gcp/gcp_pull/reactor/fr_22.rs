@@ -15,7 +15,9 @@ fn requeue_redelivers() {
         #[allow(unused)]
         const SETTLE: std::time::Duration = std::time::Duration::from_millis(11840);
 
-        let cell = providers::gcp_pull().blocking_cell(CellSpec::new("FR-22", Variant::Reactor));
+        let cell = providers::gcp_pull().blocking_cell(
+            CellSpec::new("FR-22", Variant::Reactor).with_lease(Some(std::time::Duration::from_millis(10000))),
+        );
         let sent = cell.message();
         cell.send(&sent);
         let received = cell.receive(sent.id());

@@ -24,7 +24,12 @@ fn a_lapsed_delivery_is_counted() {
         const SETTLE: std::time::Duration = std::time::Duration::from_millis(11840);
 
         let cell = providers::gcp_pull_ordering()
-            .cell(CellSpec::new("DC-1", Variant::Proactor).with_dead_letter().with_budget(R))
+            .cell(
+                CellSpec::new("DC-1", Variant::Proactor)
+                    .with_lease(Some(std::time::Duration::from_millis(10000)))
+                    .with_dead_letter()
+                    .with_budget(R),
+            )
             .await;
         let sent = cell.message();
         cell.send(&sent).await;

@@ -16,7 +16,9 @@ fn requeue_with_zero_delay_redelivers_at_once() {
         #[allow(unused)]
         const SETTLE: std::time::Duration = std::time::Duration::from_millis(11840);
 
-        let cell = providers::gcp_pull_ordering().cell(CellSpec::new("FR-15", Variant::Proactor)).await;
+        let cell = providers::gcp_pull_ordering()
+            .cell(CellSpec::new("FR-15", Variant::Proactor).with_lease(Some(std::time::Duration::from_millis(10000))))
+            .await;
         let sent = cell.message();
         cell.send(&sent).await;
         let received = cell.receive(sent.id()).await;

@@ -17,8 +17,13 @@ fn reject_without_reason_is_stamped_none() {
         #[allow(unused)]
         const SETTLE: std::time::Duration = std::time::Duration::from_millis(11840);
 
-        let cell =
-            providers::gcp_pull_ordering().cell(CellSpec::new("FR-17", Variant::Proactor).with_dead_letter()).await;
+        let cell = providers::gcp_pull_ordering()
+            .cell(
+                CellSpec::new("FR-17", Variant::Proactor)
+                    .with_lease(Some(std::time::Duration::from_millis(10000)))
+                    .with_dead_letter(),
+            )
+            .await;
         let sent = cell.message();
         cell.send(&sent).await;
         let received = cell.receive(sent.id()).await;

@@ -17,7 +17,9 @@ fn requeue_with_delay_redelivers_not_before_the_delay() {
         const SETTLE: std::time::Duration = std::time::Duration::from_millis(11840);
 
         const DELAY: Duration = Duration::from_millis(3000);
-        let cell = providers::gcp_pull_ordering().cell(CellSpec::new("FR-2", Variant::Proactor)).await;
+        let cell = providers::gcp_pull_ordering()
+            .cell(CellSpec::new("FR-2", Variant::Proactor).with_lease(Some(std::time::Duration::from_millis(10000))))
+            .await;
         let sent = cell.message();
         cell.send(&sent).await;
         let received = cell.receive(sent.id()).await;

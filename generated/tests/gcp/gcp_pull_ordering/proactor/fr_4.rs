@@ -18,7 +18,12 @@ fn reject_with_delivery_error_routes_to_the_dead_letter_channel() {
         const SETTLE: std::time::Duration = std::time::Duration::from_millis(11840);
 
         let cell = providers::gcp_pull_ordering()
-            .cell(CellSpec::new("FR-4", Variant::Proactor).with_dead_letter().with_invalid_channel())
+            .cell(
+                CellSpec::new("FR-4", Variant::Proactor)
+                    .with_lease(Some(std::time::Duration::from_millis(10000)))
+                    .with_dead_letter()
+                    .with_invalid_channel(),
+            )
             .await;
         let sent = cell.message();
         cell.send(&sent).await;

@@ -18,8 +18,13 @@ fn rejected_copy_carries_the_rejection_metadata_and_stamped_count() {
         const SETTLE: std::time::Duration = std::time::Duration::from_millis(11840);
 
         const STAMPED_COUNT: u32 = 2;
-        let cell =
-            providers::gcp_pull_ordering().cell(CellSpec::new("FR-8", Variant::Proactor).with_dead_letter()).await;
+        let cell = providers::gcp_pull_ordering()
+            .cell(
+                CellSpec::new("FR-8", Variant::Proactor)
+                    .with_lease(Some(std::time::Duration::from_millis(10000)))
+                    .with_dead_letter(),
+            )
+            .await;
         let sent = cell.message();
         cell.send(&sent).await;
         let received = cell.receive(sent.id()).await;

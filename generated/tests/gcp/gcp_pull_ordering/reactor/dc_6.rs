@@ -20,7 +20,9 @@ fn a_pump_stopped_mid_handling_loses_nothing() {
         #[allow(unused)]
         const SETTLE: std::time::Duration = std::time::Duration::from_millis(11840);
 
-        let cell = providers::gcp_pull_ordering().blocking_cell(CellSpec::new("DC-6", Variant::Reactor));
+        let cell = providers::gcp_pull_ordering().blocking_cell(
+            CellSpec::new("DC-6", Variant::Reactor).with_lease(Some(std::time::Duration::from_millis(10000))),
+        );
         let sent = cell.message();
         cell.send(&sent);
         let handler = HoldsThenDefers::new(HOLD);

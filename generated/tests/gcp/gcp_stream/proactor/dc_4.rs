@@ -16,7 +16,9 @@ fn a_delivery_to_another_process_counts() {
         #[allow(unused)]
         const SETTLE: std::time::Duration = std::time::Duration::from_millis(21900);
 
-        let cell = providers::gcp_stream().cell(CellSpec::new("DC-4", Variant::Proactor)).await;
+        let cell = providers::gcp_stream()
+            .cell(CellSpec::new("DC-4", Variant::Proactor).with_lease(Some(std::time::Duration::from_millis(10000))))
+            .await;
         let sent = cell.message();
         cell.send(&sent).await;
         // Another consumer process (another pod on the same queue) receives it first and releases

@@ -18,7 +18,9 @@ fn send_with_delay_delivers_not_before_the_delay() {
         #[allow(unused)]
         const SETTLE: std::time::Duration = std::time::Duration::from_millis(21900);
 
-        let cell = providers::gcp_stream().blocking_cell(CellSpec::new("FR-9", Variant::Reactor));
+        let cell = providers::gcp_stream().blocking_cell(
+            CellSpec::new("FR-9", Variant::Reactor).with_lease(Some(std::time::Duration::from_millis(10000))),
+        );
         let sent = cell.message();
         let sent_at = Instant::now();
         cell.send_with_delay(&sent, DELAY);

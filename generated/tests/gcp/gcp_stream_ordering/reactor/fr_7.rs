@@ -16,7 +16,9 @@ fn reject_without_destinations_acknowledges_and_routes_nothing() {
         #[allow(unused)]
         const SETTLE: std::time::Duration = std::time::Duration::from_millis(21900);
 
-        let cell = providers::gcp_stream_ordering().blocking_cell(CellSpec::new("FR-7", Variant::Reactor));
+        let cell = providers::gcp_stream_ordering().blocking_cell(
+            CellSpec::new("FR-7", Variant::Reactor).with_lease(Some(std::time::Duration::from_millis(10000))),
+        );
         let sent = cell.message();
         cell.send(&sent);
         let received = cell.receive(sent.id());

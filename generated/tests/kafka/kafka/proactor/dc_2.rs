@@ -22,8 +22,9 @@ fn a_restarted_consumer_continues_the_count() {
         #[allow(unused)]
         const SETTLE: std::time::Duration = std::time::Duration::from_millis(2500);
 
-        let cell =
-            providers::kafka().cell(CellSpec::new("DC-2", Variant::Proactor).with_dead_letter().with_budget(R)).await;
+        let cell = providers::kafka()
+            .cell(CellSpec::new("DC-2", Variant::Proactor).with_lease(None).with_dead_letter().with_budget(R))
+            .await;
         let sent = cell.message();
         cell.send(&sent).await;
         let received = cell.receive(sent.id()).await;

@@ -22,8 +22,9 @@ fn competing_consumers_share_one_budget() {
         #[allow(unused)]
         const SETTLE: std::time::Duration = std::time::Duration::from_millis(2500);
 
-        let cell =
-            providers::kafka().cell(CellSpec::new("DC-3", Variant::Proactor).with_dead_letter().with_budget(R)).await;
+        let cell = providers::kafka()
+            .cell(CellSpec::new("DC-3", Variant::Proactor).with_lease(None).with_dead_letter().with_budget(R))
+            .await;
         let rival = cell.competitor().await;
         let sent = cell.message();
         // One handler behind both pumps: it counts every dispatch, whichever pump made it.

@@ -20,8 +20,9 @@ fn always_deferring_handler_is_dead_lettered_within_the_budget() {
         #[allow(unused)]
         const SETTLE: std::time::Duration = std::time::Duration::from_millis(2500);
 
-        let cell =
-            providers::kafka().cell(CellSpec::new("FR-23", Variant::Proactor).with_dead_letter().with_budget(R)).await;
+        let cell = providers::kafka()
+            .cell(CellSpec::new("FR-23", Variant::Proactor).with_lease(None).with_dead_letter().with_budget(R))
+            .await;
         let sent = cell.message();
         cell.send(&sent).await;
         let handler = AlwaysDefers::default();

@@ -18,7 +18,7 @@ fn reject_as_unacceptable_routes_to_the_invalid_message_channel() {
         const SETTLE: std::time::Duration = std::time::Duration::from_millis(2500);
 
         let cell = providers::kafka()
-            .cell(CellSpec::new("FR-5", Variant::Proactor).with_dead_letter().with_invalid_channel())
+            .cell(CellSpec::new("FR-5", Variant::Proactor).with_lease(None).with_dead_letter().with_invalid_channel())
             .await;
         let sent = cell.message();
         cell.send(&sent).await;

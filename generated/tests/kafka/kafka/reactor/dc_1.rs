@@ -24,8 +24,8 @@ fn a_lapsed_delivery_is_counted() {
         #[allow(unused)]
         const SETTLE: std::time::Duration = std::time::Duration::from_millis(2500);
 
-        let cell =
-            providers::kafka().blocking_cell(CellSpec::new("DC-1", Variant::Reactor).with_dead_letter().with_budget(R));
+        let cell = providers::kafka()
+            .blocking_cell(CellSpec::new("DC-1", Variant::Reactor).with_lease(None).with_dead_letter().with_budget(R));
         let sent = cell.message();
         cell.send(&sent);
         let received = cell.receive(sent.id());

@@ -22,8 +22,8 @@ fn a_restarted_consumer_continues_the_count() {
         #[allow(unused)]
         const SETTLE: std::time::Duration = std::time::Duration::from_millis(2500);
 
-        let cell =
-            providers::kafka().blocking_cell(CellSpec::new("DC-2", Variant::Reactor).with_dead_letter().with_budget(R));
+        let cell = providers::kafka()
+            .blocking_cell(CellSpec::new("DC-2", Variant::Reactor).with_lease(None).with_dead_letter().with_budget(R));
         let sent = cell.message();
         cell.send(&sent);
         let received = cell.receive(sent.id());

@@ -22,8 +22,8 @@ fn competing_consumers_share_one_budget() {
         #[allow(unused)]
         const SETTLE: std::time::Duration = std::time::Duration::from_millis(2500);
 
-        let cell =
-            providers::kafka().blocking_cell(CellSpec::new("DC-3", Variant::Reactor).with_dead_letter().with_budget(R));
+        let cell = providers::kafka()
+            .blocking_cell(CellSpec::new("DC-3", Variant::Reactor).with_lease(None).with_dead_letter().with_budget(R));
         let rival = cell.competitor();
         let sent = cell.message();
         // One handler behind both pumps: it counts every dispatch, whichever pump made it.

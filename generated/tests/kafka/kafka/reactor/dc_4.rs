@@ -16,7 +16,7 @@ fn a_delivery_to_another_process_counts() {
         #[allow(unused)]
         const SETTLE: std::time::Duration = std::time::Duration::from_millis(2500);
 
-        let cell = providers::kafka().blocking_cell(CellSpec::new("DC-4", Variant::Reactor));
+        let cell = providers::kafka().blocking_cell(CellSpec::new("DC-4", Variant::Reactor).with_lease(None));
         let sent = cell.message();
         cell.send(&sent);
         // Another consumer process (another pod on the same queue) receives it first and releases

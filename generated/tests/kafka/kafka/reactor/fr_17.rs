@@ -17,7 +17,8 @@ fn reject_without_reason_is_stamped_none() {
         #[allow(unused)]
         const SETTLE: std::time::Duration = std::time::Duration::from_millis(2500);
 
-        let cell = providers::kafka().blocking_cell(CellSpec::new("FR-17", Variant::Reactor).with_dead_letter());
+        let cell = providers::kafka()
+            .blocking_cell(CellSpec::new("FR-17", Variant::Reactor).with_lease(None).with_dead_letter());
         let sent = cell.message();
         cell.send(&sent);
         let received = cell.receive(sent.id());

@@ -21,7 +21,7 @@ fn always_deferring_handler_is_dead_lettered_within_the_budget() {
         const SETTLE: std::time::Duration = std::time::Duration::from_millis(2500);
 
         let cell = providers::kafka()
-            .blocking_cell(CellSpec::new("FR-23", Variant::Reactor).with_dead_letter().with_budget(R));
+            .blocking_cell(CellSpec::new("FR-23", Variant::Reactor).with_lease(None).with_dead_letter().with_budget(R));
         let sent = cell.message();
         cell.send(&sent);
         let handler = AlwaysDefers::default();

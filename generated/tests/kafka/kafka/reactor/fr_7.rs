@@ -16,7 +16,7 @@ fn reject_without_destinations_acknowledges_and_routes_nothing() {
         #[allow(unused)]
         const SETTLE: std::time::Duration = std::time::Duration::from_millis(2500);
 
-        let cell = providers::kafka().blocking_cell(CellSpec::new("FR-7", Variant::Reactor));
+        let cell = providers::kafka().blocking_cell(CellSpec::new("FR-7", Variant::Reactor).with_lease(None));
         let sent = cell.message();
         cell.send(&sent);
         let received = cell.receive(sent.id());

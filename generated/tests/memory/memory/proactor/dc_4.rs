@@ -16,7 +16,7 @@ fn a_delivery_to_another_process_counts() {
         #[allow(unused)]
         const SETTLE: std::time::Duration = std::time::Duration::from_millis(1600);
 
-        let cell = providers::memory().cell(CellSpec::new("DC-4", Variant::Proactor)).await;
+        let cell = providers::memory().cell(CellSpec::new("DC-4", Variant::Proactor).with_lease(None)).await;
         let sent = cell.message();
         cell.send(&sent).await;
         // Another consumer process (another pod on the same queue) receives it first and releases

@@ -16,7 +16,7 @@ fn reject_without_destinations_acknowledges_and_routes_nothing() {
         #[allow(unused)]
         const SETTLE: std::time::Duration = std::time::Duration::from_millis(1600);
 
-        let cell = providers::memory().cell(CellSpec::new("FR-7", Variant::Proactor)).await;
+        let cell = providers::memory().cell(CellSpec::new("FR-7", Variant::Proactor).with_lease(None)).await;
         let sent = cell.message();
         cell.send(&sent).await;
         let received = cell.receive(sent.id()).await;

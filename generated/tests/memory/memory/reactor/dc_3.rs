@@ -23,7 +23,7 @@ fn competing_consumers_share_one_budget() {
         const SETTLE: std::time::Duration = std::time::Duration::from_millis(1600);
 
         let cell = providers::memory()
-            .blocking_cell(CellSpec::new("DC-3", Variant::Reactor).with_dead_letter().with_budget(R));
+            .blocking_cell(CellSpec::new("DC-3", Variant::Reactor).with_lease(None).with_dead_letter().with_budget(R));
         let rival = cell.competitor();
         let sent = cell.message();
         // One handler behind both pumps: it counts every dispatch, whichever pump made it.

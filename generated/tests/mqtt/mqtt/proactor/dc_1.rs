@@ -24,8 +24,9 @@ fn a_lapsed_delivery_is_counted() {
         #[allow(unused)]
         const SETTLE: std::time::Duration = std::time::Duration::from_millis(1600);
 
-        let cell =
-            providers::mqtt().cell(CellSpec::new("DC-1", Variant::Proactor).with_dead_letter().with_budget(R)).await;
+        let cell = providers::mqtt()
+            .cell(CellSpec::new("DC-1", Variant::Proactor).with_lease(None).with_dead_letter().with_budget(R))
+            .await;
         let sent = cell.message();
         cell.send(&sent).await;
         let received = cell.receive(sent.id()).await;

@@ -16,7 +16,7 @@ fn requeue_with_zero_delay_redelivers_at_once() {
         #[allow(unused)]
         const SETTLE: std::time::Duration = std::time::Duration::from_millis(1600);
 
-        let cell = providers::mqtt().cell(CellSpec::new("FR-15", Variant::Proactor)).await;
+        let cell = providers::mqtt().cell(CellSpec::new("FR-15", Variant::Proactor).with_lease(None)).await;
         let sent = cell.message();
         cell.send(&sent).await;
         let received = cell.receive(sent.id()).await;

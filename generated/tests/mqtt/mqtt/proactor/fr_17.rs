@@ -17,7 +17,8 @@ fn reject_without_reason_is_stamped_none() {
         #[allow(unused)]
         const SETTLE: std::time::Duration = std::time::Duration::from_millis(1600);
 
-        let cell = providers::mqtt().cell(CellSpec::new("FR-17", Variant::Proactor).with_dead_letter()).await;
+        let cell =
+            providers::mqtt().cell(CellSpec::new("FR-17", Variant::Proactor).with_lease(None).with_dead_letter()).await;
         let sent = cell.message();
         cell.send(&sent).await;
         let received = cell.receive(sent.id()).await;

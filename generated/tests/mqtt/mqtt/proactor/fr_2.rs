@@ -18,7 +18,7 @@ fn requeue_with_delay_redelivers_not_before_the_delay() {
         const SETTLE: std::time::Duration = std::time::Duration::from_millis(1600);
 
         const DELAY: Duration = Duration::from_millis(3000);
-        let cell = providers::mqtt().cell(CellSpec::new("FR-2", Variant::Proactor)).await;
+        let cell = providers::mqtt().cell(CellSpec::new("FR-2", Variant::Proactor).with_lease(None)).await;
         let sent = cell.message();
         cell.send(&sent).await;
         let received = cell.receive(sent.id()).await;

@@ -22,8 +22,8 @@ fn competing_consumers_share_one_budget() {
         #[allow(unused)]
         const SETTLE: std::time::Duration = std::time::Duration::from_millis(1600);
 
-        let cell =
-            providers::mqtt().blocking_cell(CellSpec::new("DC-3", Variant::Reactor).with_dead_letter().with_budget(R));
+        let cell = providers::mqtt()
+            .blocking_cell(CellSpec::new("DC-3", Variant::Reactor).with_lease(None).with_dead_letter().with_budget(R));
         // This transport gives a subscription one consumer at a time: a second is refused while the
         // first is open (a second that took the session over would receive the same deliveries), so
         // no second pump can spend the budget again. The one pump's budget is then checked as below.

@@ -18,7 +18,7 @@ fn send_with_delay_delivers_not_before_the_delay() {
         #[allow(unused)]
         const SETTLE: std::time::Duration = std::time::Duration::from_millis(1600);
 
-        let cell = providers::mqtt().blocking_cell(CellSpec::new("FR-9", Variant::Reactor));
+        let cell = providers::mqtt().blocking_cell(CellSpec::new("FR-9", Variant::Reactor).with_lease(None));
         let sent = cell.message();
         let sent_at = Instant::now();
         cell.send_with_delay(&sent, DELAY);

@@ -17,7 +17,9 @@ fn requeue_with_delay_redelivers_not_before_the_delay() {
         const SETTLE: std::time::Duration = std::time::Duration::from_millis(9700);
 
         const DELAY: Duration = Duration::from_millis(3000);
-        let cell = providers::postgres().cell(CellSpec::new("FR-2", Variant::Proactor)).await;
+        let cell = providers::postgres()
+            .cell(CellSpec::new("FR-2", Variant::Proactor).with_lease(Some(std::time::Duration::from_millis(8000))))
+            .await;
         let sent = cell.message();
         cell.send(&sent).await;
         let received = cell.receive(sent.id()).await;

@@ -18,7 +18,13 @@ fn rejected_copy_carries_the_rejection_metadata_and_stamped_count() {
         const SETTLE: std::time::Duration = std::time::Duration::from_millis(9700);
 
         const STAMPED_COUNT: u32 = 2;
-        let cell = providers::postgres().cell(CellSpec::new("FR-8", Variant::Proactor).with_dead_letter()).await;
+        let cell = providers::postgres()
+            .cell(
+                CellSpec::new("FR-8", Variant::Proactor)
+                    .with_lease(Some(std::time::Duration::from_millis(8000)))
+                    .with_dead_letter(),
+            )
+            .await;
         let sent = cell.message();
         cell.send(&sent).await;
         let received = cell.receive(sent.id()).await;

@@ -22,8 +22,12 @@ fn competing_consumers_share_one_budget() {
         #[allow(unused)]
         const SETTLE: std::time::Duration = std::time::Duration::from_millis(9700);
 
-        let cell = providers::postgres()
-            .blocking_cell(CellSpec::new("DC-3", Variant::Reactor).with_dead_letter().with_budget(R));
+        let cell = providers::postgres().blocking_cell(
+            CellSpec::new("DC-3", Variant::Reactor)
+                .with_lease(Some(std::time::Duration::from_millis(8000)))
+                .with_dead_letter()
+                .with_budget(R),
+        );
         let rival = cell.competitor();
         let sent = cell.message();
         // One handler behind both pumps: it counts every dispatch, whichever pump made it.

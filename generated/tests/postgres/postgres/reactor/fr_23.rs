@@ -20,8 +20,12 @@ fn always_deferring_handler_is_dead_lettered_within_the_budget() {
         #[allow(unused)]
         const SETTLE: std::time::Duration = std::time::Duration::from_millis(9700);
 
-        let cell = providers::postgres()
-            .blocking_cell(CellSpec::new("FR-23", Variant::Reactor).with_dead_letter().with_budget(R));
+        let cell = providers::postgres().blocking_cell(
+            CellSpec::new("FR-23", Variant::Reactor)
+                .with_lease(Some(std::time::Duration::from_millis(8000)))
+                .with_dead_letter()
+                .with_budget(R),
+        );
         let sent = cell.message();
         cell.send(&sent);
         let handler = AlwaysDefers::default();

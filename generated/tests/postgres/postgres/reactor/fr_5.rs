@@ -17,8 +17,12 @@ fn reject_as_unacceptable_routes_to_the_invalid_message_channel() {
         #[allow(unused)]
         const SETTLE: std::time::Duration = std::time::Duration::from_millis(9700);
 
-        let cell = providers::postgres()
-            .blocking_cell(CellSpec::new("FR-5", Variant::Reactor).with_dead_letter().with_invalid_channel());
+        let cell = providers::postgres().blocking_cell(
+            CellSpec::new("FR-5", Variant::Reactor)
+                .with_lease(Some(std::time::Duration::from_millis(8000)))
+                .with_dead_letter()
+                .with_invalid_channel(),
+        );
         let sent = cell.message();
         cell.send(&sent);
         let received = cell.receive(sent.id());

@@ -23,7 +23,7 @@ fn a_restarted_consumer_continues_the_count() {
         const SETTLE: std::time::Duration = std::time::Duration::from_millis(1742);
 
         let cell = providers::rabbitmq()
-            .cell(CellSpec::new("DC-2", Variant::Proactor).with_dead_letter().with_budget(R))
+            .cell(CellSpec::new("DC-2", Variant::Proactor).with_lease(None).with_dead_letter().with_budget(R))
             .await;
         let sent = cell.message();
         cell.send(&sent).await;

@@ -20,7 +20,7 @@ fn a_pump_stopped_mid_handling_loses_nothing() {
         #[allow(unused)]
         const SETTLE: std::time::Duration = std::time::Duration::from_millis(1742);
 
-        let cell = providers::rabbitmq().cell(CellSpec::new("DC-6", Variant::Proactor)).await;
+        let cell = providers::rabbitmq().cell(CellSpec::new("DC-6", Variant::Proactor).with_lease(None)).await;
         let sent = cell.message();
         cell.send(&sent).await;
         let handler = HoldsThenDefers::new(HOLD);

@@ -15,7 +15,7 @@ fn requeue_redelivers() {
         #[allow(unused)]
         const SETTLE: std::time::Duration = std::time::Duration::from_millis(1742);
 
-        let cell = providers::rabbitmq().blocking_cell(CellSpec::new("FR-22", Variant::Reactor));
+        let cell = providers::rabbitmq().blocking_cell(CellSpec::new("FR-22", Variant::Reactor).with_lease(None));
         let sent = cell.message();
         cell.send(&sent);
         let received = cell.receive(sent.id());

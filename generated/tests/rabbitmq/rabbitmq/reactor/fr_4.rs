@@ -17,8 +17,9 @@ fn reject_with_delivery_error_routes_to_the_dead_letter_channel() {
         #[allow(unused)]
         const SETTLE: std::time::Duration = std::time::Duration::from_millis(1742);
 
-        let cell = providers::rabbitmq()
-            .blocking_cell(CellSpec::new("FR-4", Variant::Reactor).with_dead_letter().with_invalid_channel());
+        let cell = providers::rabbitmq().blocking_cell(
+            CellSpec::new("FR-4", Variant::Reactor).with_lease(None).with_dead_letter().with_invalid_channel(),
+        );
         let sent = cell.message();
         cell.send(&sent);
         let received = cell.receive(sent.id());

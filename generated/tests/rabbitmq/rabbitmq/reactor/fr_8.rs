@@ -18,7 +18,8 @@ fn rejected_copy_carries_the_rejection_metadata_and_stamped_count() {
         const SETTLE: std::time::Duration = std::time::Duration::from_millis(1742);
 
         const STAMPED_COUNT: u32 = 2;
-        let cell = providers::rabbitmq().blocking_cell(CellSpec::new("FR-8", Variant::Reactor).with_dead_letter());
+        let cell = providers::rabbitmq()
+            .blocking_cell(CellSpec::new("FR-8", Variant::Reactor).with_lease(None).with_dead_letter());
         let sent = cell.message();
         cell.send(&sent);
         let received = cell.receive(sent.id());

@@ -24,7 +24,7 @@ fn a_lapsed_delivery_is_counted() {
         const SETTLE: std::time::Duration = std::time::Duration::from_millis(1698);
 
         let cell = providers::rabbitmq_quorum()
-            .cell(CellSpec::new("DC-1", Variant::Proactor).with_dead_letter().with_budget(R))
+            .cell(CellSpec::new("DC-1", Variant::Proactor).with_lease(None).with_dead_letter().with_budget(R))
             .await;
         let sent = cell.message();
         cell.send(&sent).await;

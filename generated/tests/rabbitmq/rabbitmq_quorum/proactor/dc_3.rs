@@ -23,7 +23,7 @@ fn competing_consumers_share_one_budget() {
         const SETTLE: std::time::Duration = std::time::Duration::from_millis(1698);
 
         let cell = providers::rabbitmq_quorum()
-            .cell(CellSpec::new("DC-3", Variant::Proactor).with_dead_letter().with_budget(R))
+            .cell(CellSpec::new("DC-3", Variant::Proactor).with_lease(None).with_dead_letter().with_budget(R))
             .await;
         let rival = cell.competitor().await;
         let sent = cell.message();

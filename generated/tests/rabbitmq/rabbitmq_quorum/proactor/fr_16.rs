@@ -15,7 +15,7 @@ fn nack_redelivers() {
         #[allow(unused)]
         const SETTLE: std::time::Duration = std::time::Duration::from_millis(1698);
 
-        let cell = providers::rabbitmq_quorum().cell(CellSpec::new("FR-16", Variant::Proactor)).await;
+        let cell = providers::rabbitmq_quorum().cell(CellSpec::new("FR-16", Variant::Proactor).with_lease(None)).await;
         let sent = cell.message();
         cell.send(&sent).await;
         let received = cell.receive(sent.id()).await;

@@ -18,7 +18,9 @@ fn rejected_copy_carries_the_rejection_metadata_and_stamped_count() {
         const SETTLE: std::time::Duration = std::time::Duration::from_millis(1698);
 
         const STAMPED_COUNT: u32 = 2;
-        let cell = providers::rabbitmq_quorum().cell(CellSpec::new("FR-8", Variant::Proactor).with_dead_letter()).await;
+        let cell = providers::rabbitmq_quorum()
+            .cell(CellSpec::new("FR-8", Variant::Proactor).with_lease(None).with_dead_letter())
+            .await;
         let sent = cell.message();
         cell.send(&sent).await;
         let received = cell.receive(sent.id()).await;

@@ -17,7 +17,7 @@ fn send_with_delay_delivers_not_before_the_delay() {
         #[allow(unused)]
         const SETTLE: std::time::Duration = std::time::Duration::from_millis(1698);
 
-        let cell = providers::rabbitmq_quorum().cell(CellSpec::new("FR-9", Variant::Proactor)).await;
+        let cell = providers::rabbitmq_quorum().cell(CellSpec::new("FR-9", Variant::Proactor).with_lease(None)).await;
         let sent = cell.message();
         let sent_at = Instant::now();
         cell.send_with_delay(&sent, DELAY).await;

@@ -24,7 +24,7 @@ fn a_lapsed_delivery_is_counted() {
         const SETTLE: std::time::Duration = std::time::Duration::from_millis(1698);
 
         let cell = providers::rabbitmq_quorum()
-            .blocking_cell(CellSpec::new("DC-1", Variant::Reactor).with_dead_letter().with_budget(R));
+            .blocking_cell(CellSpec::new("DC-1", Variant::Reactor).with_lease(None).with_dead_letter().with_budget(R));
         let sent = cell.message();
         cell.send(&sent);
         let received = cell.receive(sent.id());

@@ -23,7 +23,7 @@ fn a_restarted_consumer_continues_the_count() {
         const SETTLE: std::time::Duration = std::time::Duration::from_millis(1698);
 
         let cell = providers::rabbitmq_quorum()
-            .blocking_cell(CellSpec::new("DC-2", Variant::Reactor).with_dead_letter().with_budget(R));
+            .blocking_cell(CellSpec::new("DC-2", Variant::Reactor).with_lease(None).with_dead_letter().with_budget(R));
         let sent = cell.message();
         cell.send(&sent);
         let received = cell.receive(sent.id());

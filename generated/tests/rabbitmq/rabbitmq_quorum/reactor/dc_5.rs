@@ -16,7 +16,7 @@ fn messages_in_flight_come_back_when_their_consumer_closes() {
         #[allow(unused)]
         const SETTLE: std::time::Duration = std::time::Duration::from_millis(1698);
 
-        let cell = providers::rabbitmq_quorum().blocking_cell(CellSpec::new("DC-5", Variant::Reactor));
+        let cell = providers::rabbitmq_quorum().blocking_cell(CellSpec::new("DC-5", Variant::Reactor).with_lease(None));
         // Three ordering keys (message groups): an ordered transport hands a key's next message out
         // only once the one before it is settled, so only messages of different keys are in flight
         // together there. Elsewhere the keys change nothing.

@@ -20,7 +20,7 @@ fn a_pump_stopped_mid_handling_loses_nothing() {
         #[allow(unused)]
         const SETTLE: std::time::Duration = std::time::Duration::from_millis(1698);
 
-        let cell = providers::rabbitmq_quorum().blocking_cell(CellSpec::new("DC-6", Variant::Reactor));
+        let cell = providers::rabbitmq_quorum().blocking_cell(CellSpec::new("DC-6", Variant::Reactor).with_lease(None));
         let sent = cell.message();
         cell.send(&sent);
         let handler = HoldsThenDefers::new(HOLD);

@@ -15,7 +15,8 @@ fn requeue_redelivers() {
         #[allow(unused)]
         const SETTLE: std::time::Duration = std::time::Duration::from_millis(1698);
 
-        let cell = providers::rabbitmq_quorum().blocking_cell(CellSpec::new("FR-22", Variant::Reactor));
+        let cell =
+            providers::rabbitmq_quorum().blocking_cell(CellSpec::new("FR-22", Variant::Reactor).with_lease(None));
         let sent = cell.message();
         cell.send(&sent);
         let received = cell.receive(sent.id());

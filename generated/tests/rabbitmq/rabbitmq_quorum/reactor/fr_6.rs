@@ -17,8 +17,8 @@ fn unacceptable_without_invalid_channel_falls_back_to_the_dead_letter_channel() 
         #[allow(unused)]
         const SETTLE: std::time::Duration = std::time::Duration::from_millis(1698);
 
-        let cell =
-            providers::rabbitmq_quorum().blocking_cell(CellSpec::new("FR-6", Variant::Reactor).with_dead_letter());
+        let cell = providers::rabbitmq_quorum()
+            .blocking_cell(CellSpec::new("FR-6", Variant::Reactor).with_lease(None).with_dead_letter());
         let sent = cell.message();
         cell.send(&sent);
         let received = cell.receive(sent.id());

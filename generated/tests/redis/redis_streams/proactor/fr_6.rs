@@ -17,7 +17,13 @@ fn unacceptable_without_invalid_channel_falls_back_to_the_dead_letter_channel() 
         #[allow(unused)]
         const SETTLE: std::time::Duration = std::time::Duration::from_millis(10100);
 
-        let cell = providers::redis_streams().cell(CellSpec::new("FR-6", Variant::Proactor).with_dead_letter()).await;
+        let cell = providers::redis_streams()
+            .cell(
+                CellSpec::new("FR-6", Variant::Proactor)
+                    .with_lease(Some(std::time::Duration::from_millis(8000)))
+                    .with_dead_letter(),
+            )
+            .await;
         let sent = cell.message();
         cell.send(&sent).await;
         let received = cell.receive(sent.id()).await;

@@ -15,7 +15,9 @@ fn nack_redelivers() {
         #[allow(unused)]
         const SETTLE: std::time::Duration = std::time::Duration::from_millis(10100);
 
-        let cell = providers::redis_streams().blocking_cell(CellSpec::new("FR-16", Variant::Reactor));
+        let cell = providers::redis_streams().blocking_cell(
+            CellSpec::new("FR-16", Variant::Reactor).with_lease(Some(std::time::Duration::from_millis(8000))),
+        );
         let sent = cell.message();
         cell.send(&sent);
         let received = cell.receive(sent.id());

@@ -18,7 +18,11 @@ fn rejected_copy_carries_the_rejection_metadata_and_stamped_count() {
         const SETTLE: std::time::Duration = std::time::Duration::from_millis(10100);
 
         const STAMPED_COUNT: u32 = 2;
-        let cell = providers::redis_streams().blocking_cell(CellSpec::new("FR-8", Variant::Reactor).with_dead_letter());
+        let cell = providers::redis_streams().blocking_cell(
+            CellSpec::new("FR-8", Variant::Reactor)
+                .with_lease(Some(std::time::Duration::from_millis(8000)))
+                .with_dead_letter(),
+        );
         let sent = cell.message();
         cell.send(&sent);
         let received = cell.receive(sent.id());

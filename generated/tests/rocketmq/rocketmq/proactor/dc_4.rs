@@ -15,7 +15,9 @@ fn a_delivery_to_another_process_counts() {
         #[allow(unused)]
         const SETTLE: std::time::Duration = std::time::Duration::from_millis(36000);
 
-        let cell = providers::rocketmq().cell(CellSpec::new("DC-4", Variant::Proactor)).await;
+        let cell = providers::rocketmq()
+            .cell(CellSpec::new("DC-4", Variant::Proactor).with_lease(Some(std::time::Duration::from_millis(25000))))
+            .await;
         let sent = cell.message();
         cell.send(&sent).await;
         // Another consumer process (another pod on the same queue) receives it first and releases

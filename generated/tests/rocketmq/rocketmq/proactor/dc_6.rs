@@ -20,7 +20,9 @@ fn a_pump_stopped_mid_handling_loses_nothing() {
         #[allow(unused)]
         const SETTLE: std::time::Duration = std::time::Duration::from_millis(36000);
 
-        let cell = providers::rocketmq().cell(CellSpec::new("DC-6", Variant::Proactor)).await;
+        let cell = providers::rocketmq()
+            .cell(CellSpec::new("DC-6", Variant::Proactor).with_lease(Some(std::time::Duration::from_millis(25000))))
+            .await;
         let sent = cell.message();
         cell.send(&sent).await;
         let handler = HoldsThenDefers::new(HOLD);

@@ -22,8 +22,12 @@ fn a_restarted_consumer_continues_the_count() {
         #[allow(unused)]
         const SETTLE: std::time::Duration = std::time::Duration::from_millis(36000);
 
-        let cell = providers::rocketmq()
-            .blocking_cell(CellSpec::new("DC-2", Variant::Reactor).with_dead_letter().with_budget(R));
+        let cell = providers::rocketmq().blocking_cell(
+            CellSpec::new("DC-2", Variant::Reactor)
+                .with_lease(Some(std::time::Duration::from_millis(25000)))
+                .with_dead_letter()
+                .with_budget(R),
+        );
         let sent = cell.message();
         cell.send(&sent);
         let received = cell.receive(sent.id());

@@ -17,7 +17,11 @@ fn reject_without_reason_is_stamped_none() {
         #[allow(unused)]
         const SETTLE: std::time::Duration = std::time::Duration::from_millis(36000);
 
-        let cell = providers::rocketmq().blocking_cell(CellSpec::new("FR-17", Variant::Reactor).with_dead_letter());
+        let cell = providers::rocketmq().blocking_cell(
+            CellSpec::new("FR-17", Variant::Reactor)
+                .with_lease(Some(std::time::Duration::from_millis(25000)))
+                .with_dead_letter(),
+        );
         let sent = cell.message();
         cell.send(&sent);
         let received = cell.receive(sent.id());

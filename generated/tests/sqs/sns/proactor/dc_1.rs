@@ -23,8 +23,14 @@ fn a_lapsed_delivery_is_counted() {
         #[allow(unused)]
         const SETTLE: std::time::Duration = std::time::Duration::from_millis(28300);
 
-        let cell =
-            providers::sns().cell(CellSpec::new("DC-1", Variant::Proactor).with_dead_letter().with_budget(R)).await;
+        let cell = providers::sns()
+            .cell(
+                CellSpec::new("DC-1", Variant::Proactor)
+                    .with_lease(Some(std::time::Duration::from_millis(20000)))
+                    .with_dead_letter()
+                    .with_budget(R),
+            )
+            .await;
         let sent = cell.message();
         cell.send(&sent).await;
         let received = cell.receive(sent.id()).await;

@@ -17,7 +17,13 @@ fn reject_without_reason_is_stamped_none() {
         #[allow(unused)]
         const SETTLE: std::time::Duration = std::time::Duration::from_millis(28300);
 
-        let cell = providers::sns().cell(CellSpec::new("FR-17", Variant::Proactor).with_dead_letter()).await;
+        let cell = providers::sns()
+            .cell(
+                CellSpec::new("FR-17", Variant::Proactor)
+                    .with_lease(Some(std::time::Duration::from_millis(20000)))
+                    .with_dead_letter(),
+            )
+            .await;
         let sent = cell.message();
         cell.send(&sent).await;
         let received = cell.receive(sent.id()).await;

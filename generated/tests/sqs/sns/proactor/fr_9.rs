@@ -18,7 +18,9 @@ fn send_with_delay_delivers_not_before_the_delay() {
         #[allow(unused)]
         const SETTLE: std::time::Duration = std::time::Duration::from_millis(28300);
 
-        let cell = providers::sns().cell(CellSpec::new("FR-9", Variant::Proactor)).await;
+        let cell = providers::sns()
+            .cell(CellSpec::new("FR-9", Variant::Proactor).with_lease(Some(std::time::Duration::from_millis(20000))))
+            .await;
         let sent = cell.message();
         let sent_at = Instant::now();
         cell.send_with_delay(&sent, DELAY).await;

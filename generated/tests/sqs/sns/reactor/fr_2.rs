@@ -17,7 +17,9 @@ fn requeue_with_delay_redelivers_not_before_the_delay() {
         const SETTLE: std::time::Duration = std::time::Duration::from_millis(28300);
 
         const DELAY: Duration = Duration::from_millis(9000);
-        let cell = providers::sns().blocking_cell(CellSpec::new("FR-2", Variant::Reactor));
+        let cell = providers::sns().blocking_cell(
+            CellSpec::new("FR-2", Variant::Reactor).with_lease(Some(std::time::Duration::from_millis(20000))),
+        );
         let sent = cell.message();
         cell.send(&sent);
         let received = cell.receive(sent.id());

@@ -20,7 +20,9 @@ fn a_pump_stopped_mid_handling_loses_nothing() {
         #[allow(unused)]
         const SETTLE: std::time::Duration = std::time::Duration::from_millis(28300);
 
-        let cell = providers::sns_fifo().cell(CellSpec::new("DC-6", Variant::Proactor)).await;
+        let cell = providers::sns_fifo()
+            .cell(CellSpec::new("DC-6", Variant::Proactor).with_lease(Some(std::time::Duration::from_millis(20000))))
+            .await;
         let sent = cell.message();
         cell.send(&sent).await;
         let handler = HoldsThenDefers::new(HOLD);

@@ -15,7 +15,9 @@ fn requeue_redelivers() {
         #[allow(unused)]
         const SETTLE: std::time::Duration = std::time::Duration::from_millis(28300);
 
-        let cell = providers::sns_fifo().cell(CellSpec::new("FR-22", Variant::Proactor)).await;
+        let cell = providers::sns_fifo()
+            .cell(CellSpec::new("FR-22", Variant::Proactor).with_lease(Some(std::time::Duration::from_millis(20000))))
+            .await;
         let sent = cell.message();
         cell.send(&sent).await;
         let received = cell.receive(sent.id()).await;

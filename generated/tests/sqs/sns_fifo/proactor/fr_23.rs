@@ -21,7 +21,12 @@ fn always_deferring_handler_is_dead_lettered_within_the_budget() {
         const SETTLE: std::time::Duration = std::time::Duration::from_millis(28300);
 
         let cell = providers::sns_fifo()
-            .cell(CellSpec::new("FR-23", Variant::Proactor).with_dead_letter().with_budget(R))
+            .cell(
+                CellSpec::new("FR-23", Variant::Proactor)
+                    .with_lease(Some(std::time::Duration::from_millis(20000)))
+                    .with_dead_letter()
+                    .with_budget(R),
+            )
             .await;
         let sent = cell.message();
         cell.send(&sent).await;

@@ -22,8 +22,14 @@ fn competing_consumers_share_one_budget() {
         #[allow(unused)]
         const SETTLE: std::time::Duration = std::time::Duration::from_millis(28300);
 
-        let cell =
-            providers::sqs().cell(CellSpec::new("DC-3", Variant::Proactor).with_dead_letter().with_budget(R)).await;
+        let cell = providers::sqs()
+            .cell(
+                CellSpec::new("DC-3", Variant::Proactor)
+                    .with_lease(Some(std::time::Duration::from_millis(20000)))
+                    .with_dead_letter()
+                    .with_budget(R),
+            )
+            .await;
         let rival = cell.competitor().await;
         let sent = cell.message();
         // One handler behind both pumps: it counts every dispatch, whichever pump made it.

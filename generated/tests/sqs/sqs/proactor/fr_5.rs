@@ -18,7 +18,12 @@ fn reject_as_unacceptable_routes_to_the_invalid_message_channel() {
         const SETTLE: std::time::Duration = std::time::Duration::from_millis(28300);
 
         let cell = providers::sqs()
-            .cell(CellSpec::new("FR-5", Variant::Proactor).with_dead_letter().with_invalid_channel())
+            .cell(
+                CellSpec::new("FR-5", Variant::Proactor)
+                    .with_lease(Some(std::time::Duration::from_millis(20000)))
+                    .with_dead_letter()
+                    .with_invalid_channel(),
+            )
             .await;
         let sent = cell.message();
         cell.send(&sent).await;

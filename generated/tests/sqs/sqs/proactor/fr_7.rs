@@ -16,7 +16,9 @@ fn reject_without_destinations_acknowledges_and_routes_nothing() {
         #[allow(unused)]
         const SETTLE: std::time::Duration = std::time::Duration::from_millis(28300);
 
-        let cell = providers::sqs().cell(CellSpec::new("FR-7", Variant::Proactor)).await;
+        let cell = providers::sqs()
+            .cell(CellSpec::new("FR-7", Variant::Proactor).with_lease(Some(std::time::Duration::from_millis(20000))))
+            .await;
         let sent = cell.message();
         cell.send(&sent).await;
         let received = cell.receive(sent.id()).await;

@@ -17,8 +17,12 @@ fn reject_as_unacceptable_routes_to_the_invalid_message_channel() {
         #[allow(unused)]
         const SETTLE: std::time::Duration = std::time::Duration::from_millis(28300);
 
-        let cell = providers::sqs()
-            .blocking_cell(CellSpec::new("FR-5", Variant::Reactor).with_dead_letter().with_invalid_channel());
+        let cell = providers::sqs().blocking_cell(
+            CellSpec::new("FR-5", Variant::Reactor)
+                .with_lease(Some(std::time::Duration::from_millis(20000)))
+                .with_dead_letter()
+                .with_invalid_channel(),
+        );
         let sent = cell.message();
         cell.send(&sent);
         let received = cell.receive(sent.id());

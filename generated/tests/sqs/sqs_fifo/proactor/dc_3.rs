@@ -23,7 +23,12 @@ fn competing_consumers_share_one_budget() {
         const SETTLE: std::time::Duration = std::time::Duration::from_millis(28300);
 
         let cell = providers::sqs_fifo()
-            .cell(CellSpec::new("DC-3", Variant::Proactor).with_dead_letter().with_budget(R))
+            .cell(
+                CellSpec::new("DC-3", Variant::Proactor)
+                    .with_lease(Some(std::time::Duration::from_millis(20000)))
+                    .with_dead_letter()
+                    .with_budget(R),
+            )
             .await;
         let rival = cell.competitor().await;
         let sent = cell.message();

@@ -16,7 +16,9 @@ fn messages_in_flight_come_back_when_their_consumer_closes() {
         #[allow(unused)]
         const SETTLE: std::time::Duration = std::time::Duration::from_millis(28300);
 
-        let cell = providers::sqs_fifo().cell(CellSpec::new("DC-5", Variant::Proactor)).await;
+        let cell = providers::sqs_fifo()
+            .cell(CellSpec::new("DC-5", Variant::Proactor).with_lease(Some(std::time::Duration::from_millis(20000))))
+            .await;
         // Three ordering keys (message groups): an ordered transport hands a key's next message out
         // only once the one before it is settled, so only messages of different keys are in flight
         // together there. Elsewhere the keys change nothing.

@@ -23,8 +23,12 @@ fn a_lapsed_delivery_is_counted() {
         #[allow(unused)]
         const SETTLE: std::time::Duration = std::time::Duration::from_millis(28300);
 
-        let cell = providers::sqs_fifo()
-            .blocking_cell(CellSpec::new("DC-1", Variant::Reactor).with_dead_letter().with_budget(R));
+        let cell = providers::sqs_fifo().blocking_cell(
+            CellSpec::new("DC-1", Variant::Reactor)
+                .with_lease(Some(std::time::Duration::from_millis(20000)))
+                .with_dead_letter()
+                .with_budget(R),
+        );
         let sent = cell.message();
         cell.send(&sent);
         let received = cell.receive(sent.id());

@@ -15,7 +15,9 @@ fn a_delivery_to_another_process_counts() {
         #[allow(unused)]
         const SETTLE: std::time::Duration = std::time::Duration::from_millis(28300);
 
-        let cell = providers::sqs_fifo().blocking_cell(CellSpec::new("DC-4", Variant::Reactor));
+        let cell = providers::sqs_fifo().blocking_cell(
+            CellSpec::new("DC-4", Variant::Reactor).with_lease(Some(std::time::Duration::from_millis(20000))),
+        );
         let sent = cell.message();
         cell.send(&sent);
         // Another consumer process (another pod on the same queue) receives it first and releases

@@ -17,7 +17,11 @@ fn unacceptable_without_invalid_channel_falls_back_to_the_dead_letter_channel() 
         #[allow(unused)]
         const SETTLE: std::time::Duration = std::time::Duration::from_millis(28300);
 
-        let cell = providers::sqs_fifo().blocking_cell(CellSpec::new("FR-6", Variant::Reactor).with_dead_letter());
+        let cell = providers::sqs_fifo().blocking_cell(
+            CellSpec::new("FR-6", Variant::Reactor)
+                .with_lease(Some(std::time::Duration::from_millis(20000)))
+                .with_dead_letter(),
+        );
         let sent = cell.message();
         cell.send(&sent);
         let received = cell.receive(sent.id());
