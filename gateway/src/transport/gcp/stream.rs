@@ -9,6 +9,7 @@ use async_trait::async_trait;
 use google_cloud_auth::credentials::anonymous::Builder as Anonymous;
 use google_cloud_pubsub::client::Subscriber;
 use google_cloud_pubsub::subscriber::handler::Handler;
+use google_cloud_pubsub::subscriber::{ShutdownBehavior, ShutdownToken};
 use tokio::sync::mpsc;
 
 use super::producer::GcpProducer;
@@ -25,6 +26,10 @@ use crate::transport::kit::{self, AfterRouting};
 
 /// Messages read ahead of the pump; the subscriber keeps their leases.
 const INBOX: usize = 16;
+/// How long `close` waits for the subscriber to send its pending acks and nacks.
+const SHUTDOWN_CEILING: Duration = Duration::from_secs(5);
+/// The subscriber's own `max_lease` when the subscription sets none (its documented default).
+const CLIENT_MAX_LEASE: Duration = Duration::from_secs(60 * 60);
 
 /// A streamed message as the reader left it: readable, or raw with the reason it is not.
 enum Inbound {
@@ -32,7 +37,8 @@ enum Inbound {
     Unreadable(Message, MalformedMessage),
 }
 
-type Delivery = (Inbound, Handler);
+/// A streamed message, its handler, and when the stream gave it to the reader.
+type Delivery = (Inbound, Handler, tokio::time::Instant);
 
 pub struct StreamChannel {
     runtime: GatewayRuntime,
@@ -40,9 +46,14 @@ pub struct StreamChannel {
     subscription: Subscription,
     router: GcpProducer,
     inbox: tokio::sync::Mutex<mpsc::Receiver<Delivery>>,
+    /// How long the subscriber extends a lease (`GcpSubscription::max_lease`); a message still in
+    /// the inbox after it may already be with another consumer.
+    max_lease: Duration,
     /// Handlers of messages handed to the pump, by receipt.
     in_flight: Mutex<HashMap<String, Handler>>,
     reader: tokio::task::JoinHandle<()>,
+    /// Shuts the stream down, once the reader has started it.
+    shutdown: std::sync::Arc<Mutex<Option<ShutdownToken>>>,
 }
 
 impl Drop for StreamChannel {
@@ -96,6 +107,8 @@ impl StreamChannel {
         let (sender, inbox) = mpsc::channel(INBOX);
         let source = subscription.routing_key.clone();
         let warnings = ReaderWarnings::new(&subscription.name);
+        let shutdown = std::sync::Arc::new(Mutex::new(None));
+        let token = shutdown.clone();
         let reader = runtime.spawn(async move {
             let subscriber = match Subscriber::builder()
                 .with_endpoint(endpoint)
@@ -109,17 +122,24 @@ impl StreamChannel {
                 }
             };
             // The stream's ack deadline follows the subscription's (the client's default is 60 s).
-            let mut builder = subscriber.subscribe(path.clone()).set_max_lease_extension(ack_deadline);
+            // On shutdown (close) the subscriber sends the acks and nacks still pending and nacks
+            // what it holds, so all of it is delivered again at once, not after a lapse.
+            let mut builder = subscriber
+                .subscribe(path.clone())
+                .set_max_lease_extension(ack_deadline)
+                .set_shutdown_behavior(ShutdownBehavior::NackImmediately);
             if let Some(max_lease) = max_lease {
                 builder = builder.set_max_lease(max_lease);
             }
             let mut stream = builder.build();
+            *token.lock().unwrap_or_else(|p| p.into_inner()) = Some(stream.shutdown_token());
             while let Some(item) = stream.next().await {
                 match item {
                     Ok((message, handler)) => {
                         let receipt = uuid::Uuid::new_v4().to_string();
                         let delivery = read(&message, handler.delivery_attempt(), receipt, &source, &warnings);
-                        if sender.send((delivery, handler)).await.is_err() {
+                        let received = tokio::time::Instant::now();
+                        if sender.send((delivery, handler, received)).await.is_err() {
                             return;
                         }
                     }
@@ -135,8 +155,10 @@ impl StreamChannel {
             subscription,
             router,
             inbox: tokio::sync::Mutex::new(inbox),
+            max_lease: max_lease.unwrap_or(CLIENT_MAX_LEASE),
             in_flight: Mutex::default(),
             reader,
+            shutdown,
         }
     }
 
@@ -166,9 +188,19 @@ impl Channel for StreamChannel {
         let mut inbox = self.inbox.lock().await;
         loop {
             let Ok(next) = tokio::time::timeout_at(deadline, inbox.recv()).await else { return Ok(None) };
-            let Some((delivery, handler)) = next else {
+            let Some((delivery, handler, received)) = next else {
                 return Err(ChannelError::broker(self.name(), "receive", ErrorKind::Refused, "the stream ended"));
             };
+            if received.elapsed() >= self.max_lease {
+                // The subscriber stopped extending this read-ahead message's lease at max_lease,
+                // so the broker may have delivered it again, to another consumer too, with a
+                // grown count: this copy's count is stale (measured on pstest: it presented 0
+                // after another process's delivery and release, DC-4). Dropping the handler
+                // nacks it; the broker's next delivery carries the count.
+                tracing::debug!(subscription = %self.name(), "a read-ahead message outlived its lease; dropped");
+                drop(handler);
+                continue;
+            }
             match delivery {
                 Inbound::Readable(message) => {
                     self.hold(&message, handler);
@@ -220,13 +252,22 @@ impl Channel for StreamChannel {
         Ok(())
     }
 
-    /// Ends the stream and nacks what the pump holds unsettled, so it is delivered again at
-    /// once; what the stream had buffered and nobody took comes back when its lease lapses.
+    /// Nacks what the pump holds unsettled, then shuts the stream down: the subscriber sends
+    /// every pending ack and nack and nacks what it had read ahead, so all of it is delivered
+    /// again at once (within `SHUTDOWN_CEILING`; past it, at the lapse of its lease). Awaited, so
+    /// a process that exits after closing loses no settlement it made.
     async fn close(&self) -> Result<(), ChannelError> {
-        self.reader.abort();
         let held: Vec<Handler> =
             self.in_flight.lock().unwrap_or_else(|p| p.into_inner()).drain().map(|(_, h)| h).collect();
         held.into_iter().for_each(Handler::nack);
+        let token = self.shutdown.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(token) = token {
+            let shut = self.runtime.call(async move { tokio::time::timeout(SHUTDOWN_CEILING, token.shutdown()).await });
+            if shut.await.is_err() {
+                tracing::warn!(subscription = %self.name(), "the stream did not shut down within {SHUTDOWN_CEILING:?}");
+            }
+        }
+        self.reader.abort();
         Ok(())
     }
 
