@@ -1,6 +1,8 @@
-//! Brokers in containers through testcontainers (feature `containers`): the definitions, the
-//! loopback-only port mapping, the check `auto` makes, a watchdog that stops the test binary when
-//! its broker container dies, and the exit hook that removes every container this binary started.
+//! Brokers in containers through testcontainers (feature `containers`): what every transport's
+//! container definition (its `container` function, in the transport's own module) starts
+//! through ([`start`]), the loopback-only port mapping, the check `auto` makes, a watchdog that
+//! stops the test binary when its broker container dies, and the exit hook that removes every
+//! container this binary started.
 //!
 //! Why not testcontainers' own drop: a provider's broker lives in a static for the binary's life,
 //! and a static is never dropped; so each container is handed to [`exit_hook`], which removes it
@@ -17,8 +19,6 @@ use std::sync::{Mutex, Once};
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use testcontainers_modules::google_cloud_sdk_emulators::{CloudSdk, PUBSUB_PORT};
-use testcontainers_modules::localstack::LocalStack;
 use testcontainers_modules::testcontainers::bollard::errors::Error as BollardError;
 use testcontainers_modules::testcontainers::bollard::models::{HostConfig, PortBinding};
 use testcontainers_modules::testcontainers::bollard::query_parameters::{
@@ -33,9 +33,6 @@ use testcontainers_modules::testcontainers::{ContainerAsync, Image, ImageExt};
 
 use crate::broker::{announce, fatal, BrokerContainer, ImageRef};
 use crate::fault::Fault;
-
-/// LocalStack's edge port, where SQS and SNS answer.
-pub const LOCALSTACK_PORT: u16 = 4566;
 
 /// How long `auto` waits for a daemon to answer before it falls back to a local process.
 const DAEMON_CEILING: Duration = Duration::from_secs(3);
@@ -104,7 +101,7 @@ fn start_hint(image: &ImageRef, stand_in: &Option<&'static str>) -> String {
 
 /// Runs `future` on the gateway's runtime from a plain thread, so callers on or off a runtime
 /// (async tests, Reactor threads) may all start a broker.
-fn on_runtime<T: Send + 'static>(future: impl std::future::Future<Output = T> + Send + 'static) -> T {
+pub(crate) fn on_runtime<T: Send + 'static>(future: impl std::future::Future<Output = T> + Send + 'static) -> T {
     std::thread::spawn(move || gateway::blocking::runtime().block_on(future)).join().expect("a container call panicked")
 }
 
@@ -160,7 +157,7 @@ fn loopback_only(ports: &'static [u16]) -> impl Fn(&mut HostConfig) + Send + Syn
 }
 
 /// How a broker container's port reaches the test binary.
-enum Reach {
+pub(crate) enum Reach {
     /// Published on 127.0.0.1, on host ports the engine picks; the first is the broker's address.
     Published(&'static [u16]),
     /// The container shares the host's network and binds this loopback port itself (RocketMQ's).
@@ -170,7 +167,7 @@ enum Reach {
 
 /// Starts `image` (already named and tagged), waits for its ready condition, and hands it to the
 /// exit hook and the watchdog.
-async fn start<I: Image + 'static>(
+pub(crate) async fn start<I: Image + 'static>(
     transport: &'static str,
     name: &'static str,
     request: impl Into<testcontainers_modules::testcontainers::ContainerRequest<I>>,
@@ -209,157 +206,6 @@ async fn start<I: Image + 'static>(
         kill_soon(&broker);
     }
     Ok(broker)
-}
-
-/// The Cloud SDK Pub/Sub emulator (or a stand-in image with the same interface).
-pub fn pubsub(image: &ImageRef) -> Result<BrokerContainer, ContainerError> {
-    let request = CloudSdk::pubsub().with_name(&image.name).with_tag(&image.tag);
-    let image = image.clone();
-    on_runtime(async move {
-        start("gcp", "Pub/Sub emulator container", request, &image, Reach::Published(&[PUBSUB_PORT])).await
-    })
-}
-
-/// LocalStack, for SQS and SNS.
-pub fn localstack(image: &ImageRef) -> Result<BrokerContainer, ContainerError> {
-    let request = LocalStack::default().with_name(&image.name).with_tag(&image.tag).with_env_var("SERVICES", "sqs,sns");
-    let image = image.clone();
-    on_runtime(async move {
-        start("sqs", "localstack container", request, &image, Reach::Published(&[LOCALSTACK_PORT])).await
-    })
-}
-
-/// Apache RocketMQ's name server and broker in one container, from the image `cargo xtask brokers
-/// images` builds (testcontainers-modules has no RocketMQ module). Its command is the two ports.
-///
-/// On the host network, not published ports: the broker registers its own address with the name
-/// server, and clients connect to the address the name server returns. Behind published ports
-/// that address is the container's, which the client cannot reach; on the host network the broker
-/// binds 127.0.0.1 on the ports the test picked, so the address it registers is the one clients
-/// use, and it stays loopback only like the local process.
-#[cfg(feature = "rocketmq")]
-pub fn rocketmq(image: &ImageRef) -> Result<BrokerContainer, ContainerError> {
-    use testcontainers_modules::testcontainers::{core::WaitFor, GenericImage};
-    let (name_server, broker) = (crate::local::free_loopback_port(), crate::rocketmq::free_broker_port());
-    let request = GenericImage::new(&image.name, &image.tag)
-        .with_wait_for(WaitFor::message_on_stdout("rocketmq ready"))
-        .with_cmd([name_server.to_string(), broker.to_string()]);
-    let image = image.clone();
-    on_runtime(async move {
-        start("rocketmq", "RocketMQ container", request, &image, Reach::HostNetwork(name_server)).await
-    })
-}
-
-/// Redis (for Redis Streams) through testcontainers-modules' `Redis`: the official image's
-/// interface, port 6379 and "Ready to accept connections" on stdout, which the stand-in honours.
-#[cfg(feature = "redis")]
-pub fn redis(image: &ImageRef) -> Result<BrokerContainer, ContainerError> {
-    use testcontainers_modules::redis::{Redis, REDIS_PORT};
-    let request = Redis::default().with_name(&image.name).with_tag(&image.tag);
-    let image = image.clone();
-    on_runtime(async move { start("redis", "Redis container", request, &image, Reach::Published(&[REDIS_PORT])).await })
-}
-
-/// The port PostgreSQL listens on in its container (the official image's).
-pub const POSTGRES_PORT: u16 = 5432;
-
-/// PostgreSQL through testcontainers-modules' `Postgres`: the official image's variables, with the
-/// provider's one user trusted (the port is on 127.0.0.1 only) and the database `postgres`, so the
-/// connection string is the local cluster's; the server's options are the local launcher's (no
-/// fsync, and room for a connection per channel of every cell at once).
-#[cfg(feature = "postgres")]
-pub fn postgres(image: &ImageRef) -> Result<BrokerContainer, ContainerError> {
-    use testcontainers_modules::postgres::Postgres;
-    let options = ["fsync=off", "synchronous_commit=off", "full_page_writes=off", "max_connections=500"];
-    let request = Postgres::default()
-        .with_user(crate::postgres::USER)
-        .with_db_name("postgres")
-        .with_host_auth()
-        .with_name(&image.name)
-        .with_tag(&image.tag)
-        .with_cmd(options.iter().flat_map(|option| ["-c", option]));
-    let image = image.clone();
-    on_runtime(async move {
-        start("postgres", "PostgreSQL container", request, &image, Reach::Published(&[POSTGRES_PORT])).await
-    })
-}
-
-/// The port mosquitto listens on in its container (the official image's).
-pub const MQTT_PORT: u16 = 1883;
-
-/// mosquitto through testcontainers-modules' `Mosquitto`: the official image started with its
-/// `/mosquitto-no-auth.conf` (anonymous clients on 1883). The module waits for "mosquitto version
-/// 2.0.18 running", its own tag's version, which any other version (the pinned 2.0.11, Debian's in
-/// the stand-in) never prints: this waits for the part of that line every version prints.
-#[cfg(feature = "mqtt")]
-pub fn mqtt(image: &ImageRef) -> Result<BrokerContainer, ContainerError> {
-    use testcontainers_modules::mosquitto::Mosquitto;
-    use testcontainers_modules::testcontainers::core::WaitFor;
-    let request = Mosquitto::default()
-        .with_name(&image.name)
-        .with_tag(&image.tag)
-        .with_ready_conditions(vec![WaitFor::message_on_stderr(" running")]);
-    let image = image.clone();
-    on_runtime(
-        async move { start("mqtt", "mosquitto container", request, &image, Reach::Published(&[MQTT_PORT])).await },
-    )
-}
-
-/// The port RabbitMQ takes AMQP on in its container (the official image's).
-pub const AMQP_PORT: u16 = 5672;
-
-/// RabbitMQ through testcontainers-modules' `RabbitMq`: the official `-management` image (its
-/// ready line counts that image's four plugins), guest allowed from the published port.
-#[cfg(feature = "rabbitmq")]
-pub fn rabbitmq(image: &ImageRef) -> Result<BrokerContainer, ContainerError> {
-    use testcontainers_modules::rabbitmq::RabbitMq;
-    let request = RabbitMq::default().with_name(&image.name).with_tag(&image.tag);
-    let image = image.clone();
-    on_runtime(
-        async move { start("rabbitmq", "RabbitMQ container", request, &image, Reach::Published(&[AMQP_PORT])).await },
-    )
-}
-
-/// The port Kafka's clients connect to in its container (testcontainers-modules'
-/// `apache::KAFKA_PORT`).
-pub const KAFKA_PORT: u16 = 9092;
-
-/// One Kafka KRaft node through testcontainers-modules' `apache::Kafka` on the JVM image: the
-/// configuration is the environment: the module's, the controller's listener moved to localhost, and the local
-/// launcher's tuning (one partition, no initial rebalance delay, short group sessions, no topic
-/// made by a typo).
-///
-/// Behind a published port, not on the host network: a Kafka client connects to the address the
-/// broker advertises, and the module advertises the host-mapped one: once the container runs (and
-/// its port is mapped), it writes the start script that exports `KAFKA_ADVERTISED_LISTENERS` with
-/// `127.0.0.1:<mapped port>`, then waits for "Kafka Server started". So the broker stays on a
-/// port the engine picks, on 127.0.0.1 only, and its fixed in-container ports (the inter-broker
-/// 9093, the controller's 9094) cannot collide with another binary's, as on the host network.
-#[cfg(feature = "kafka")]
-pub fn kafka(image: &ImageRef) -> Result<BrokerContainer, ContainerError> {
-    use testcontainers_modules::kafka::apache::Kafka;
-    let tuning = [
-        // The module's listeners but the controller's, on localhost instead of 0.0.0.0: Kafka
-        // 3.9.0 advertises the controller listener as bound and refuses a non-routable address
-        // ("advertised.listeners cannot use the nonroutable meta-address 0.0.0.0"); the
-        // controller is reached from inside the container only (the module's quorum voter is
-        // localhost:9094).
-        ("KAFKA_LISTENERS", "PLAINTEXT://0.0.0.0:9092,BROKER://0.0.0.0:9093,CONTROLLER://localhost:9094"),
-        ("KAFKA_NUM_PARTITIONS", "1"),
-        ("KAFKA_OFFSETS_TOPIC_NUM_PARTITIONS", "1"),
-        ("KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR", "1"),
-        ("KAFKA_TRANSACTION_STATE_LOG_MIN_ISR", "1"),
-        ("KAFKA_GROUP_INITIAL_REBALANCE_DELAY_MS", "0"),
-        ("KAFKA_GROUP_MIN_SESSION_TIMEOUT_MS", "1000"),
-        ("KAFKA_AUTO_CREATE_TOPICS_ENABLE", "false"),
-        ("KAFKA_HEAP_OPTS", "-Xms128m -Xmx512m"),
-    ];
-    let mut request = Kafka::default().with_jvm_image().with_name(&image.name).with_tag(&image.tag);
-    for (name, value) in tuning {
-        request = request.with_env_var(name, value);
-    }
-    let image = image.clone();
-    on_runtime(async move { start("kafka", "Kafka container", request, &image, Reach::Published(&[KAFKA_PORT])).await })
 }
 
 /// Stops the test binary when the broker container stops while the binary still runs: every cell

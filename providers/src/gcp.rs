@@ -45,7 +45,7 @@ fn definition() -> Definition {
         endpoint_variable: "PUBSUB_EMULATOR_HOST",
         image: ImageRef::from_environment("gcp", PUBSUB_IMAGE_VARIABLE, PUBSUB_IMAGE),
         #[cfg(feature = "containers")]
-        container: Some(crate::containers::pubsub),
+        container: Some(container),
         local: start_pstest,
     }
 }
@@ -173,4 +173,17 @@ impl CellBroker for GcpConfiguration {
     fn teardown(&self, created: DeleteAll) -> Option<Box<dyn Teardown>> {
         Some(Box::new(created))
     }
+}
+
+/// The Cloud SDK Pub/Sub emulator (or a stand-in image with the same interface).
+#[cfg(feature = "containers")]
+pub fn container(image: &ImageRef) -> Result<crate::broker::BrokerContainer, crate::containers::ContainerError> {
+    use crate::containers::{on_runtime, start, Reach};
+    use testcontainers_modules::google_cloud_sdk_emulators::{CloudSdk, PUBSUB_PORT};
+    use testcontainers_modules::testcontainers::ImageExt;
+    let request = CloudSdk::pubsub().with_name(&image.name).with_tag(&image.tag);
+    let image = image.clone();
+    on_runtime(async move {
+        start("gcp", "Pub/Sub emulator container", request, &image, Reach::Published(&[PUBSUB_PORT])).await
+    })
 }

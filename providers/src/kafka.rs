@@ -4,7 +4,7 @@
 //! The broker, once per test binary, from the source `source::start` picks: the cluster in
 //! `KAFKA_BOOTSTRAP_SERVERS`, or one KRaft node (combined controller and broker) in a local JVM,
 //! from the jars and launcher `cargo xtask brokers install kafka` puts under `.brokers/kafka`;
-//! or a container (`containers::kafka`, testcontainers-modules' `apache::Kafka`) of
+//! or a container (`container`, testcontainers-modules' `apache::Kafka`) of
 //! [`KAFKA_IMAGE`], or of the stand-in `cargo xtask brokers images` builds
 //! (`localhost/conformance-kafka:3.9.0`: the same jars and launcher on Debian's JRE) through
 //! `CONFORMANCE_KAFKA_IMAGE`.
@@ -70,7 +70,7 @@ fn definition() -> Definition {
         endpoint_variable: "KAFKA_BOOTSTRAP_SERVERS",
         image: ImageRef::from_environment("kafka", KAFKA_IMAGE_VARIABLE, KAFKA_IMAGE),
         #[cfg(feature = "containers")]
-        container: Some(crate::containers::kafka),
+        container: Some(container),
         local: start_local,
     }
 }
@@ -139,4 +139,49 @@ impl CellBroker for KafkaConfiguration {
     fn producer(&self, _: &CellPlan) -> Arc<dyn Producer> {
         Arc::new(connection().producer())
     }
+}
+
+/// The port Kafka's clients connect to in its container (testcontainers-modules'
+/// `apache::KAFKA_PORT`).
+#[cfg(feature = "containers")]
+const KAFKA_PORT: u16 = 9092;
+
+/// One Kafka KRaft node through testcontainers-modules' `apache::Kafka` on the JVM image: the
+/// configuration is the environment: the module's, the controller's listener moved to localhost, and the local
+/// launcher's tuning (one partition, no initial rebalance delay, short group sessions, no topic
+/// made by a typo).
+///
+/// Behind a published port, not on the host network: a Kafka client connects to the address the
+/// broker advertises, and the module advertises the host-mapped one: once the container runs (and
+/// its port is mapped), it writes the start script that exports `KAFKA_ADVERTISED_LISTENERS` with
+/// `127.0.0.1:<mapped port>`, then waits for "Kafka Server started". So the broker stays on a
+/// port the engine picks, on 127.0.0.1 only, and its fixed in-container ports (the inter-broker
+/// 9093, the controller's 9094) cannot collide with another binary's, as on the host network.
+#[cfg(feature = "containers")]
+pub fn container(image: &ImageRef) -> Result<crate::broker::BrokerContainer, crate::containers::ContainerError> {
+    use crate::containers::{on_runtime, start, Reach};
+    use testcontainers_modules::kafka::apache::Kafka;
+    use testcontainers_modules::testcontainers::ImageExt;
+    let tuning = [
+        // The module's listeners but the controller's, on localhost instead of 0.0.0.0: Kafka
+        // 3.9.0 advertises the controller listener as bound and refuses a non-routable address
+        // ("advertised.listeners cannot use the nonroutable meta-address 0.0.0.0"); the
+        // controller is reached from inside the container only (the module's quorum voter is
+        // localhost:9094).
+        ("KAFKA_LISTENERS", "PLAINTEXT://0.0.0.0:9092,BROKER://0.0.0.0:9093,CONTROLLER://localhost:9094"),
+        ("KAFKA_NUM_PARTITIONS", "1"),
+        ("KAFKA_OFFSETS_TOPIC_NUM_PARTITIONS", "1"),
+        ("KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR", "1"),
+        ("KAFKA_TRANSACTION_STATE_LOG_MIN_ISR", "1"),
+        ("KAFKA_GROUP_INITIAL_REBALANCE_DELAY_MS", "0"),
+        ("KAFKA_GROUP_MIN_SESSION_TIMEOUT_MS", "1000"),
+        ("KAFKA_AUTO_CREATE_TOPICS_ENABLE", "false"),
+        ("KAFKA_HEAP_OPTS", "-Xms128m -Xmx512m"),
+    ];
+    let mut request = Kafka::default().with_jvm_image().with_name(&image.name).with_tag(&image.tag);
+    for (name, value) in tuning {
+        request = request.with_env_var(name, value);
+    }
+    let image = image.clone();
+    on_runtime(async move { start("kafka", "Kafka container", request, &image, Reach::Published(&[KAFKA_PORT])).await })
 }

@@ -4,7 +4,7 @@
 //! `MQTT_BROKER` (`host:port`), or a local mosquitto (Debian's package, `cargo xtask brokers
 //! install mqtt`) behind `providers/brokers/mosquitto/launcher.sh`, which writes its
 //! configuration in a temporary folder, listens on a free loopback port and stops with the
-//! binary; or a container (`containers::mqtt`, testcontainers-modules' `Mosquitto`) of
+//! binary; or a container (`container`, testcontainers-modules' `Mosquitto`) of
 //! [`MQTT_IMAGE`], or of the stand-in `cargo xtask brokers images` builds
 //! (`localhost/conformance-mosquitto:2.0.11`, Debian's mosquitto) through `CONFORMANCE_MQTT_IMAGE`.
 
@@ -61,7 +61,7 @@ fn definition() -> Definition {
         endpoint_variable: "MQTT_BROKER",
         image: ImageRef::from_environment("mqtt", MQTT_IMAGE_VARIABLE, MQTT_IMAGE),
         #[cfg(feature = "containers")]
-        container: Some(crate::containers::mqtt),
+        container: Some(container),
         local: start_local,
     }
 }
@@ -134,4 +134,28 @@ impl CellBroker for MqttConfiguration {
     fn producer(&self, _: &CellPlan) -> Arc<dyn Producer> {
         Arc::new(connection().producer())
     }
+}
+
+/// The port mosquitto listens on in its container (the official image's).
+#[cfg(feature = "containers")]
+const MQTT_PORT: u16 = 1883;
+
+/// mosquitto through testcontainers-modules' `Mosquitto`: the official image started with its
+/// `/mosquitto-no-auth.conf` (anonymous clients on 1883). The module waits for "mosquitto version
+/// 2.0.18 running", its own tag's version, which any other version (the pinned 2.0.11, Debian's in
+/// the stand-in) never prints: this waits for the part of that line every version prints.
+#[cfg(feature = "containers")]
+pub fn container(image: &ImageRef) -> Result<crate::broker::BrokerContainer, crate::containers::ContainerError> {
+    use crate::containers::{on_runtime, start, Reach};
+    use testcontainers_modules::mosquitto::Mosquitto;
+    use testcontainers_modules::testcontainers::core::WaitFor;
+    use testcontainers_modules::testcontainers::ImageExt;
+    let request = Mosquitto::default()
+        .with_name(&image.name)
+        .with_tag(&image.tag)
+        .with_ready_conditions(vec![WaitFor::message_on_stderr(" running")]);
+    let image = image.clone();
+    on_runtime(
+        async move { start("mqtt", "mosquitto container", request, &image, Reach::Published(&[MQTT_PORT])).await },
+    )
 }

@@ -106,7 +106,7 @@ pub fn release_elsewhere(test: &str, unique: &str, id: &str, releases: u32, arri
     let output = Command::new(executable)
         .args([test, "--exact", "--nocapture", "--include-ignored", "--test-threads", "2"])
         .env(VARIABLE, request.encode())
-        .env(crate::source::VARIABLE, "env")
+        .env(contract::BrokerSource::VARIABLE, "env")
         .env(variable, &endpoint)
         // A peer is a client only: which implementation a local broker runs is this binary's.
         .env_remove(contract::Implementation::Moto.variable())

@@ -5,7 +5,7 @@
 //! string in `DATABASE_URL`, or a cluster of the binary's own: `initdb` into a temporary folder
 //! and `postgres` on a free loopback port, behind `providers/brokers/postgres/launcher.sh`, from
 //! the Debian package `cargo xtask brokers install postgres` installs (never the system's
-//! service); or a container (`containers::postgres`, testcontainers-modules' `Postgres`) of
+//! service); or a container (`container`, testcontainers-modules' `Postgres`) of
 //! [`POSTGRES_IMAGE`], or of the stand-in `cargo xtask brokers images` builds
 //! (`localhost/conformance-postgres:15`, Debian's postgresql-15 behind an entrypoint honouring the
 //! official image's interface) through `CONFORMANCE_POSTGRES_IMAGE`. Either way the database
@@ -73,7 +73,7 @@ fn definition() -> Definition {
         endpoint_variable: "DATABASE_URL",
         image: ImageRef::from_environment("postgres", POSTGRES_IMAGE_VARIABLE, POSTGRES_IMAGE),
         #[cfg(feature = "containers")]
-        container: Some(crate::containers::postgres),
+        container: Some(container),
         local: start_local,
     }
 }
@@ -149,4 +149,31 @@ impl CellBroker for PostgresConfiguration {
     fn producer(&self, _: &CellPlan) -> Arc<dyn Producer> {
         Arc::new(connection().producer())
     }
+}
+
+/// The port PostgreSQL listens on in its container (the official image's).
+#[cfg(feature = "containers")]
+const POSTGRES_PORT: u16 = 5432;
+
+/// PostgreSQL through testcontainers-modules' `Postgres`: the official image's variables, with the
+/// provider's one user trusted (the port is on 127.0.0.1 only) and the database `postgres`, so the
+/// connection string is the local cluster's; the server's options are the local launcher's (no
+/// fsync, and room for a connection per channel of every cell at once).
+#[cfg(feature = "containers")]
+pub fn container(image: &ImageRef) -> Result<crate::broker::BrokerContainer, crate::containers::ContainerError> {
+    use crate::containers::{on_runtime, start, Reach};
+    use testcontainers_modules::postgres::Postgres;
+    use testcontainers_modules::testcontainers::ImageExt;
+    let options = ["fsync=off", "synchronous_commit=off", "full_page_writes=off", "max_connections=500"];
+    let request = Postgres::default()
+        .with_user(USER)
+        .with_db_name("postgres")
+        .with_host_auth()
+        .with_name(&image.name)
+        .with_tag(&image.tag)
+        .with_cmd(options.iter().flat_map(|option| ["-c", option]));
+    let image = image.clone();
+    on_runtime(async move {
+        start("postgres", "PostgreSQL container", request, &image, Reach::Published(&[POSTGRES_PORT])).await
+    })
 }

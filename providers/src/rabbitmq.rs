@@ -5,7 +5,7 @@
 //! `AMQP_URL`, or a project-owned node of Debian's rabbitmq-server (`cargo xtask brokers install
 //! rabbitmq`) behind `providers/brokers/rabbitmq/launcher.sh`: its own folder, epmd and cookie,
 //! on free loopback ports, gone (folder included) when the binary exits. Never the system service.
-//! Or a container (`containers::rabbitmq`, testcontainers-modules' `RabbitMq`) of
+//! Or a container (`container`, testcontainers-modules' `RabbitMq`) of
 //! [`RABBITMQ_IMAGE`], or of the stand-in `cargo xtask brokers images` builds
 //! (`localhost/conformance-rabbitmq:3.10.8`, Debian's rabbitmq-server) through
 //! `CONFORMANCE_RABBITMQ_IMAGE`. The node's name is `rabbit@<the container's hostname>`, fixed for
@@ -81,7 +81,7 @@ fn definition() -> Definition {
         endpoint_variable: "AMQP_URL",
         image: ImageRef::from_environment("rabbitmq", RABBITMQ_IMAGE_VARIABLE, RABBITMQ_IMAGE),
         #[cfg(feature = "containers")]
-        container: Some(crate::containers::rabbitmq),
+        container: Some(container),
         local: start_local,
     }
 }
@@ -172,4 +172,22 @@ impl CellBroker for RabbitMqConfiguration {
     fn producer(&self, _: &CellPlan) -> Arc<dyn Producer> {
         Arc::new(connection().producer())
     }
+}
+
+/// The port RabbitMQ takes AMQP on in its container (the official image's).
+#[cfg(feature = "containers")]
+const AMQP_PORT: u16 = 5672;
+
+/// RabbitMQ through testcontainers-modules' `RabbitMq`: the official `-management` image (its
+/// ready line counts that image's four plugins), guest allowed from the published port.
+#[cfg(feature = "containers")]
+pub fn container(image: &ImageRef) -> Result<crate::broker::BrokerContainer, crate::containers::ContainerError> {
+    use crate::containers::{on_runtime, start, Reach};
+    use testcontainers_modules::rabbitmq::RabbitMq;
+    use testcontainers_modules::testcontainers::ImageExt;
+    let request = RabbitMq::default().with_name(&image.name).with_tag(&image.tag);
+    let image = image.clone();
+    on_runtime(
+        async move { start("rabbitmq", "RabbitMQ container", request, &image, Reach::Published(&[AMQP_PORT])).await },
+    )
 }

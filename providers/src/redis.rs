@@ -6,7 +6,7 @@
 //! redis`) as a project-owned local process behind `providers/brokers/redis/launcher.sh`: a free
 //! loopback port, no persistence (`--save "" --appendonly no`), a work dir of its own under
 //! `.brokers/redis/run`, stopped and deleted when the binary ends; or a container
-//! (`containers::redis`, testcontainers-modules' `Redis`) of [`REDIS_IMAGE`], or of the stand-in
+//! (`container`, testcontainers-modules' `Redis`) of [`REDIS_IMAGE`], or of the stand-in
 //! `cargo xtask brokers images` builds (`localhost/conformance-redis:7.0.15`, Debian's
 //! redis-server) through `CONFORMANCE_REDIS_IMAGE`.
 
@@ -63,7 +63,7 @@ fn definition() -> Definition {
         endpoint_variable: "REDIS_URL",
         image: ImageRef::from_environment("redis", REDIS_IMAGE_VARIABLE, REDIS_IMAGE),
         #[cfg(feature = "containers")]
-        container: Some(crate::containers::redis),
+        container: Some(container),
         local: start_local,
     }
 }
@@ -131,4 +131,16 @@ impl CellBroker for RedisConfiguration {
     fn producer(&self, _: &CellPlan) -> Arc<dyn Producer> {
         Arc::new(connection().producer())
     }
+}
+
+/// Redis (for Redis Streams) through testcontainers-modules' `Redis`: the official image's
+/// interface, port 6379 and "Ready to accept connections" on stdout, which the stand-in honours.
+#[cfg(feature = "containers")]
+pub fn container(image: &ImageRef) -> Result<crate::broker::BrokerContainer, crate::containers::ContainerError> {
+    use crate::containers::{on_runtime, start, Reach};
+    use testcontainers_modules::redis::{Redis, REDIS_PORT};
+    use testcontainers_modules::testcontainers::ImageExt;
+    let request = Redis::default().with_name(&image.name).with_tag(&image.tag);
+    let image = image.clone();
+    on_runtime(async move { start("redis", "Redis container", request, &image, Reach::Published(&[REDIS_PORT])).await })
 }

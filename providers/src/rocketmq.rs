@@ -2,7 +2,7 @@
 //!
 //! The broker, once per test binary, from the source `source::start` picks: the name server in
 //! `NAMESRV_ADDR` (RocketMQ's own variable), the image `cargo xtask brokers images` builds (the
-//! same jars and launcher on Debian's JRE; see `containers::rocketmq`), or a name server and
+//! same jars and launcher on Debian's JRE; see `container`), or a name server and
 //! broker in one local JVM, from the jars and launcher `cargo xtask brokers install rocketmq` puts
 //! under `.brokers/rocketmq`.
 //! Or, when `CONFORMANCE_ROCKETMQ_IMPL=rocketmq-rust` (see `implementation`), the Rust name server
@@ -110,7 +110,7 @@ fn definition() -> Definition {
         endpoint_variable: "NAMESRV_ADDR",
         image: ImageRef::from_environment("rocketmq", ROCKETMQ_IMAGE_VARIABLE, ROCKETMQ_IMAGE),
         #[cfg(feature = "containers")]
-        container: Some(crate::containers::rocketmq),
+        container: Some(container),
         local: start_local,
     }
 }
@@ -191,4 +191,27 @@ impl CellBroker for RocketMqConfiguration {
     fn producer(&self, _: &CellPlan) -> Arc<dyn Producer> {
         Arc::new(connection().producer())
     }
+}
+
+/// Apache RocketMQ's name server and broker in one container, from the image `cargo xtask brokers
+/// images` builds (testcontainers-modules has no RocketMQ module). Its command is the two ports.
+///
+/// On the host network, not published ports: the broker registers its own address with the name
+/// server, and clients connect to the address the name server returns. Behind published ports
+/// that address is the container's, which the client cannot reach; on the host network the broker
+/// binds 127.0.0.1 on the ports the test picked, so the address it registers is the one clients
+/// use, and it stays loopback only like the local process.
+#[cfg(feature = "containers")]
+pub fn container(image: &ImageRef) -> Result<crate::broker::BrokerContainer, crate::containers::ContainerError> {
+    use crate::containers::{on_runtime, start, Reach};
+    use testcontainers_modules::testcontainers::ImageExt;
+    use testcontainers_modules::testcontainers::{core::WaitFor, GenericImage};
+    let (name_server, broker) = (crate::local::free_loopback_port(), free_broker_port());
+    let request = GenericImage::new(&image.name, &image.tag)
+        .with_wait_for(WaitFor::message_on_stdout("rocketmq ready"))
+        .with_cmd([name_server.to_string(), broker.to_string()]);
+    let image = image.clone();
+    on_runtime(async move {
+        start("rocketmq", "RocketMQ container", request, &image, Reach::HostNetwork(name_server)).await
+    })
 }

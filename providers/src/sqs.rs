@@ -81,7 +81,7 @@ fn definition() -> Definition {
         endpoint_variable: "AWS_ENDPOINT_URL",
         image: ImageRef::from_environment("sqs", LOCALSTACK_IMAGE_VARIABLE, LOCALSTACK_IMAGE),
         #[cfg(feature = "containers")]
-        container: Some(crate::containers::localstack),
+        container: Some(container),
         local: start_local,
     }
 }
@@ -241,4 +241,21 @@ impl CellBroker for SqsConfiguration {
     fn teardown(&self, created: DeleteAll) -> Option<Box<dyn Teardown>> {
         Some(Box::new(created))
     }
+}
+
+/// LocalStack's edge port, where SQS and SNS answer.
+#[cfg(feature = "containers")]
+const LOCALSTACK_PORT: u16 = 4566;
+
+/// LocalStack, for SQS and SNS.
+#[cfg(feature = "containers")]
+pub fn container(image: &ImageRef) -> Result<crate::broker::BrokerContainer, crate::containers::ContainerError> {
+    use crate::containers::{on_runtime, start, Reach};
+    use testcontainers_modules::localstack::LocalStack;
+    use testcontainers_modules::testcontainers::ImageExt;
+    let request = LocalStack::default().with_name(&image.name).with_tag(&image.tag).with_env_var("SERVICES", "sqs,sns");
+    let image = image.clone();
+    on_runtime(async move {
+        start("sqs", "localstack container", request, &image, Reach::Published(&[LOCALSTACK_PORT])).await
+    })
 }

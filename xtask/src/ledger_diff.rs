@@ -136,13 +136,16 @@ mod tests {
     use super::*;
     use clap::Parser;
 
+    /// `ledger diff`'s flags alone, as clap parses them within the command.
+    #[derive(Parser)]
+    struct Diff {
+        #[command(flatten)]
+        args: Args,
+    }
+
     fn parse(args: &[&str]) -> std::result::Result<Args, String> {
-        let cli = crate::Cli::try_parse_from(["cargo xtask", "ledger", "diff"].iter().chain(args))
-            .map_err(|error| error.to_string())?;
-        match cli.task {
-            crate::Task::Ledger(crate::ledger_tasks::LedgerTask::Diff(args)) => Ok(args),
-            _ => unreachable!("a ledger diff"),
-        }
+        let diff = Diff::try_parse_from(["cargo xtask ledger diff"].iter().chain(args)).map_err(|e| e.to_string())?;
+        Ok(diff.args)
     }
 
     #[test]

@@ -90,7 +90,7 @@ pub(super) fn held_by(name: &str, other: &str) -> String {
 pub(super) async fn holder(host: &str, port: u16, topic: &str) -> Result<Option<String>, crate::error::BoxError> {
     let id = format!("gateway-claim-check-{}", uuid::Uuid::new_v4().simple());
     let fence = format!("gateway/claim-check/{id}");
-    let mut options = super::session::options(&id, host, port, false);
+    let mut options = super::options::options(&id, host, port, false);
     options.set_manual_acks(false);
     let (client, mut eventloop) = AsyncClient::new(options, 8);
     let check = async {

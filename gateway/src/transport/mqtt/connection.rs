@@ -7,8 +7,9 @@ use rumqttc::{Event, Packet, Publish};
 
 use super::channel::MqttChannel;
 use super::claim::Claim;
+use super::options::options;
 use super::producer::MqttProducer;
-use super::session::{open_session, options};
+use super::session::open_session;
 use crate::channel::Channel;
 use crate::error::{ChannelError, ErrorKind};
 use crate::runtime::GatewayRuntime;

@@ -26,6 +26,7 @@ mod channel;
 mod claim;
 mod connection;
 mod envelope;
+mod options;
 mod producer;
 mod session;
 

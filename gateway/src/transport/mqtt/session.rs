@@ -11,6 +11,7 @@ use tokio::task::JoinHandle;
 
 use super::broker_error;
 use super::claim::{self, Claim};
+use super::options::REQUEST_CAPACITY;
 use crate::error::{ChannelError, ErrorKind};
 use crate::runtime::GatewayRuntime;
 use crate::transport::kit;
@@ -19,10 +20,6 @@ use crate::transport::kit;
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// The pause before an event loop that lost its connection tries again.
 const RECONNECT_PAUSE: Duration = Duration::from_millis(500);
-/// Packets larger than the client's 10 KiB default are allowed, up to this.
-const MAX_PACKET: usize = 1024 * 1024;
-/// The requests (publishes, acks) a session queues for its event loop.
-pub(super) const REQUEST_CAPACITY: usize = 256;
 
 /// A session's event loop, stopped when the last owner drops it.
 pub(super) struct Session {
@@ -67,17 +64,6 @@ impl Drop for Session {
         // The TCP connection closes with the event loop; a persistent session stays on the broker.
         self.task.abort();
     }
-}
-
-pub(super) fn options(client_id: &str, host: &str, port: u16, persistent: bool) -> MqttOptions {
-    let mut options = MqttOptions::new(client_id, host, port);
-    options
-        .set_clean_session(!persistent)
-        .set_manual_acks(true)
-        .set_keep_alive(Duration::from_secs(30))
-        .set_max_packet_size(MAX_PACKET, MAX_PACKET)
-        .set_request_channel_capacity(REQUEST_CAPACITY);
-    options
 }
 
 /// Polls `eventloop` until `done` says the awaited packet came, handing every other event to
