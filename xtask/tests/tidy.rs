@@ -3,6 +3,8 @@
 
 use std::path::{Path, PathBuf};
 
+mod imports;
+
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
 }
@@ -122,4 +124,45 @@ fn every_stand_in_the_container_source_names_is_one_brokers_images_builds() {
         unbuilt.is_empty(),
         "stand-ins named in providers/src/containers.rs that xtask/src/images.rs does not build: {unbuilt:?}"
     );
+}
+
+/// The workspace's hand-written crates (`generated` is rendered, one root per test binary).
+const CRATES: [&str; 6] = ["contract", "gateway", "ledger", "generator", "providers", "xtask"];
+
+#[test]
+fn no_module_imports_a_sibling_that_imports_it_back() {
+    let found: Vec<String> = CRATES
+        .iter()
+        .flat_map(|krate| {
+            imports::cycles(&root().join(krate).join("src")).into_iter().map(move |c| format!("{krate}: {c}"))
+        })
+        .collect();
+    assert!(
+        found.is_empty(),
+        "import cycles between modules (move what both need into a module of its own):\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn the_import_check_finds_a_cycle_made_on_purpose() {
+    let src = tempfile::tempdir().unwrap();
+    let write = |path: &str, text: &str| {
+        let path = src.path().join(path);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
+    };
+    write("lib.rs", "mod a; mod b; mod c; mod d;\n");
+    // a -> b through a nested module and a use group; b -> a through super; a child's use of its
+    // parent (d::e -> d) and a test module's `super::*` are containment, never a cycle.
+    write("a.rs", "use crate::{b::inner::X, c};\n");
+    write("b/mod.rs", "pub mod inner;\n");
+    write("b/inner.rs", "pub struct X;\nfn f() { super::super::a::g(); }\n");
+    write("c.rs", "#[cfg(test)]\nmod tests { use super::*; }\n");
+    write("d/mod.rs", "mod e; pub use e::Y;\n");
+    write("d/e.rs", "pub struct Y(super::Z);\n");
+    let cycles = imports::cycles(src.path());
+    assert_eq!(cycles.len(), 1, "{cycles:?}");
+    assert!(cycles[0].starts_with("a -> b -> a (imports at "), "{cycles:?}");
+    assert!(cycles[0].contains("a.rs:1") && cycles[0].contains("inner.rs:2"), "{cycles:?}");
 }
