@@ -60,10 +60,16 @@ pub trait CellBroker: Send + Sync {
     /// The cell's names, from `unique` (the cell's [`CellSpec::unique_name`]).
     fn names(&self, unique: &str) -> CellNames;
 
-    /// The lease every cell's channel gets (none: the broker has none, or it is not this
-    /// provider's to set); the manifest's `lease_ms` must say the same.
+    /// The lease every cell's channel gets: the manifest's `lease_ms` (none: the broker has
+    /// none, or it is not this provider's to set). A provider sets it from [`crate::lease`];
+    /// one that overrides this sets a lease of its own, which [`build`] refuses.
     fn lease(&self) -> Option<Duration> {
-        None
+        crate::lease::of(self.configuration())
+    }
+
+    /// [`CellBroker::lease`], for a provider that sets a lease on every channel it makes.
+    fn required_lease(&self) -> Duration {
+        self.lease().unwrap_or_else(|| panic!("templates/manifest.yaml gives {} no lease_ms", self.configuration()))
     }
 
     /// The cell's channel on `plan.subscription`, with the cells' lease.
@@ -110,8 +116,8 @@ pub async fn build<B: CellBroker + ?Sized>(broker: &'static B, spec: CellSpec) -
     }
     crate::fault::fail_first_attempt(&format!("{}-{}-{}", broker.configuration(), spec.behaviour, spec.variant));
     if let Some(declared) = spec.lease {
-        // The lease is written twice, in the manifest (which the templates' bounds derive from)
-        // and in the provider (which sets it): a cell must not run on two different ones.
+        // The cell was rendered with the manifest's lease, from which its bounds derive: a
+        // provider with a lease of its own (or a stale generated tree) must not run it.
         assert_eq!(
             declared,
             broker.lease(),

@@ -20,10 +20,6 @@ use crate::source::{self, Definition, Running};
 
 /// The DeadLetterPolicy's max_delivery_attempts (M) on every cell subscription.
 pub const NATIVE_REDRIVE_LIMIT: u32 = 5;
-/// A cell subscription's ack deadline, Pub/Sub's shortest; a streaming subscriber extends a held
-/// message's lease for this long at most (`max_lease`), so an unsettled message comes back within
-/// twice this (the manifest's `lease_ms` and `latest_lapse_ms`).
-pub const LEASE: Duration = Duration::from_secs(10);
 pub const PROJECT: &str = "conformance";
 
 struct Broker {
@@ -123,14 +119,19 @@ impl Teardown for DeleteAll {
 /// native DeadLetterPolicy "so delivery_attempt is populated on both sides": a redelivery is
 /// broker-counted and a dead-letter read exercises the discriminator. Without a dead-letter topic
 /// the policy's topic is the subscription's own `<name>-native-dlq`.
-fn counted(common: Subscription, consumption: Consumption, created: &mut DeleteAll) -> GcpSubscription {
+fn counted(
+    common: Subscription,
+    consumption: Consumption,
+    lease: Duration,
+    created: &mut DeleteAll,
+) -> GcpSubscription {
     let mut subscription = GcpSubscription::new(common, consumption);
     subscription.dead_letter_policy = Some(NATIVE_REDRIVE_LIMIT);
     if subscription.subscription.dead_letter_routing_key.is_none() {
         subscription.native_dead_letter_topic = Some(format!("{}-native-dlq", subscription.subscription.name));
     }
-    subscription.ack_deadline = LEASE;
-    subscription.max_lease = Some(LEASE);
+    subscription.ack_deadline = lease;
+    subscription.max_lease = Some(lease);
     created.subscriptions.push(subscription.subscription.name.clone());
     created.topics.push(subscription.subscription.routing_key.clone());
     created.topics.extend(subscription.native_dead_letter_topic.clone());
@@ -145,24 +146,20 @@ impl CellBroker for GcpConfiguration {
         self.name
     }
 
-    fn lease(&self) -> Option<Duration> {
-        Some(LEASE)
-    }
-
     /// A topic named as the cell, and its subscription `<topic>-sub`.
     fn names(&self, topic: &str) -> CellNames {
         CellNames::new(format!("{topic}-sub"), topic)
     }
 
     async fn channel(&self, plan: &CellPlan, created: &mut DeleteAll) -> Arc<dyn Channel> {
-        let mut subscription = counted(plan.subscription.clone(), self.consumption, created);
+        let mut subscription = counted(plan.subscription.clone(), self.consumption, self.required_lease(), created);
         subscription.ordering = self.ordering;
         let topic = &plan.names.routing_key;
         connection().channel(&subscription).await.unwrap_or_else(|e| panic!("creating {topic}: {e}"))
     }
 
     async fn reader(&self, destination: &str, created: &mut DeleteAll) -> Arc<dyn Channel> {
-        let reader = counted(reader_subscription(destination), Consumption::Pull, created);
+        let reader = counted(reader_subscription(destination), Consumption::Pull, self.required_lease(), created);
         connection().channel(&reader).await.expect("reader")
     }
 

@@ -15,6 +15,7 @@ pub mod fault;
 pub mod gcp;
 #[cfg(feature = "kafka")]
 pub mod kafka;
+pub mod lease;
 pub mod local;
 #[cfg(feature = "memory")]
 pub mod memory;

@@ -25,10 +25,6 @@ use crate::builder::{reader_subscription, CellBroker, CellNames, CellPlan};
 use crate::local::{self, LocalError, LocalProcess};
 use crate::source::{self, Definition, Running};
 
-/// The lease of a received row in a cell (the manifest's `lease_ms`): room for FR-2's delay and
-/// the "at once" bound with the skew the generator demands.
-pub const LEASE: Duration = Duration::from_secs(8);
-
 /// Where the Debian package postgresql-15 puts the server and initdb.
 pub const POSTGRES_BIN: &str = "/usr/lib/postgresql/15/bin";
 /// The one user of the binary's own cluster (trusted, loopback only).
@@ -129,21 +125,17 @@ impl CellBroker for PostgresConfiguration {
         self.name
     }
 
-    fn lease(&self) -> Option<Duration> {
-        Some(LEASE)
-    }
-
     /// A queue named as the cell, received by the subscription `<queue>-sub`.
     fn names(&self, queue: &str) -> CellNames {
         CellNames::new(format!("{queue}-sub"), queue)
     }
 
     async fn channel(&self, plan: &CellPlan, _: &mut ()) -> Arc<dyn Channel> {
-        channel_with_lease(plan.subscription.clone(), LEASE).await
+        channel_with_lease(plan.subscription.clone(), self.required_lease()).await
     }
 
     async fn reader(&self, destination: &str, _: &mut ()) -> Arc<dyn Channel> {
-        channel_with_lease(reader_subscription(destination), LEASE).await
+        channel_with_lease(reader_subscription(destination), self.required_lease()).await
     }
 
     fn producer(&self, _: &CellPlan) -> Arc<dyn Producer> {

@@ -24,10 +24,6 @@ use crate::builder::{reader_subscription, CellBroker, CellNames, CellPlan};
 use crate::local::{self, LocalError, LocalProcess};
 use crate::source::{self, Definition, Running};
 
-/// The lease of a delivered entry in a cell (the manifest's `lease_ms`): the receive path claims
-/// an entry idle for longer. Room for FR-2's delay, the "at once" bound and 1 s of skew.
-pub const LEASE: Duration = Duration::from_secs(8);
-
 /// Debian's redis-server, which `cargo xtask brokers install redis` installs.
 pub const REDIS_SERVER: &str = "/usr/bin/redis-server";
 
@@ -95,10 +91,10 @@ pub fn redis_streams() -> &'static RedisConfiguration {
 }
 
 /// A channel for `subscription` (a consumer group on a stream), with the cells' lease.
-async fn channel(subscription: Subscription) -> Arc<dyn Channel> {
+async fn channel(subscription: Subscription, lease: Duration) -> Arc<dyn Channel> {
     let name = subscription.name.clone();
     let mut subscription = RedisSubscription::new(subscription);
-    subscription.lease = LEASE;
+    subscription.lease = lease;
     connection().channel(&subscription).await.unwrap_or_else(|e| panic!("creating {name}: {e}"))
 }
 
@@ -111,21 +107,17 @@ impl CellBroker for RedisConfiguration {
         self.name
     }
 
-    fn lease(&self) -> Option<Duration> {
-        Some(LEASE)
-    }
-
     /// A stream named as the cell, consumed by the group `<stream>-group`.
     fn names(&self, stream: &str) -> CellNames {
         CellNames::new(format!("{stream}-group"), stream)
     }
 
     async fn channel(&self, plan: &CellPlan, _: &mut ()) -> Arc<dyn Channel> {
-        channel(plan.subscription.clone()).await
+        channel(plan.subscription.clone(), self.required_lease()).await
     }
 
     async fn reader(&self, destination: &str, _: &mut ()) -> Arc<dyn Channel> {
-        channel(reader_subscription(destination)).await
+        channel(reader_subscription(destination), self.required_lease()).await
     }
 
     fn producer(&self, _: &CellPlan) -> Arc<dyn Producer> {

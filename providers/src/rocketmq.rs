@@ -23,10 +23,6 @@ use crate::local::{self, LocalError, LocalProcess};
 use crate::source::{self, Definition, Running};
 use contract::Implementation;
 
-/// The lease of a popped message in a cell (the manifest's `lease_ms`): room for FR-2's delay and
-/// the "at once" bound together, since the broker's pop revive takes 2 to 5 s to redeliver.
-pub const LEASE: Duration = Duration::from_secs(25);
-
 struct Broker {
     connection: RocketMqConnection,
     _running: Running,
@@ -155,10 +151,10 @@ pub fn rocketmq() -> &'static RocketMqConfiguration {
 }
 
 /// A channel for `subscription` (a consumer group on a topic), with the cells' lease.
-async fn channel(subscription: Subscription) -> Arc<dyn Channel> {
+async fn channel(subscription: Subscription, lease: Duration) -> Arc<dyn Channel> {
     let name = subscription.name.clone();
     let mut subscription = RocketMqSubscription::new(subscription);
-    subscription.invisible_time = LEASE;
+    subscription.invisible_time = lease;
     connection().channel(&subscription).await.unwrap_or_else(|e| panic!("creating {name}: {e}"))
 }
 
@@ -171,21 +167,17 @@ impl CellBroker for RocketMqConfiguration {
         self.name
     }
 
-    fn lease(&self) -> Option<Duration> {
-        Some(LEASE)
-    }
-
     /// A topic named as the cell, consumed by the group `<topic>-group`.
     fn names(&self, topic: &str) -> CellNames {
         CellNames::new(format!("{topic}-group"), topic)
     }
 
     async fn channel(&self, plan: &CellPlan, _: &mut ()) -> Arc<dyn Channel> {
-        channel(plan.subscription.clone()).await
+        channel(plan.subscription.clone(), self.required_lease()).await
     }
 
     async fn reader(&self, destination: &str, _: &mut ()) -> Arc<dyn Channel> {
-        channel(reader_subscription(destination)).await
+        channel(reader_subscription(destination), self.required_lease()).await
     }
 
     fn producer(&self, _: &CellPlan) -> Arc<dyn Producer> {

@@ -20,11 +20,6 @@ use crate::local::{self, LocalError, LocalProcess};
 use crate::source::{self, Definition, Running};
 use contract::Implementation;
 
-/// A cell queue's visibility timeout: the soonest an unsettled message comes back by itself (the
-/// manifest's `lease_ms`): short, so a cell can watch a settled source past it, yet room for FR-2's
-/// delay and the "at once" bound together with moto serving a whole matrix.
-pub const LEASE: Duration = Duration::from_secs(20);
-
 /// The native redrive limit M the provider sets where the cell has a budget (FR-23: R = 3, M = 5).
 pub const NATIVE_REDRIVE_LIMIT: u32 = 5;
 
@@ -184,10 +179,6 @@ impl CellBroker for SqsConfiguration {
         self.name
     }
 
-    fn lease(&self) -> Option<Duration> {
-        Some(LEASE)
-    }
-
     /// A queue named as the cell (`.fifo` on a FIFO configuration, and on its destinations);
     /// `sns` publishes to the topic `<cell>-topic` feeding it.
     fn names(&self, base: &str) -> CellNames {
@@ -215,7 +206,7 @@ impl CellBroker for SqsConfiguration {
         let mut subscription = SqsSubscription::new(plan.subscription.clone());
         subscription.fifo = self.fifo;
         subscription.topic = self.sns.then(|| plan.names.publish_topic.clone());
-        subscription.visibility_timeout = LEASE;
+        subscription.visibility_timeout = self.required_lease();
         subscription.redrive_limit =
             (plan.spec.dead_letter && plan.spec.requeue_count > 0).then_some(NATIVE_REDRIVE_LIMIT);
         let channel = connection().channel(&subscription).await.unwrap_or_else(|e| panic!("creating {queue}: {e}"));
