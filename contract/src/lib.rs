@@ -3,8 +3,10 @@
 //! [`Implementation::variable`], [`CELL_TIMEOUT_VARIABLE`]); a binary tells xtask which broker it
 //! ran against ([`BrokerLine`]) or why it stopped for its broker ([`FatalLine`]), on stderr. Both
 //! sides use these types, so neither takes the other's prose apart, and a change to one side
-//! that the other does not follow fails to compile or fails these types' tests.
+//! that the other does not follow fails to compile or fails these types' tests. The facts about
+//! each broker ([`brokers`]) are shared the same way.
 
+pub mod brokers;
 mod implementation;
 mod lines;
 mod source;

@@ -125,24 +125,11 @@ pub fn usable(image: &ImageRef) -> Result<(), Unusable> {
 /// The command that builds every stand-in.
 const BUILD_STAND_INS: &str = "`cargo xtask brokers images`";
 
-/// Each image variable's stand-in, the image `cargo xtask brokers images` builds for it (the very
-/// names xtask/src/images.rs builds; xtask/tests/tidy.rs checks). Spelled out here: the
-/// transports' modules, which define the variables, are each behind a feature.
-const STAND_INS: [(&str, &str); 8] = [
-    ("CONFORMANCE_PUBSUB_IMAGE", "localhost/conformance-pstest:pubsub-v2.9.0"),
-    ("CONFORMANCE_LOCALSTACK_IMAGE", "localhost/conformance-moto:5.2.5"),
-    ("CONFORMANCE_ROCKETMQ_IMAGE", "localhost/conformance-rocketmq:5.3.3"),
-    ("CONFORMANCE_REDIS_IMAGE", "localhost/conformance-redis:7.0.15"),
-    ("CONFORMANCE_POSTGRES_IMAGE", "localhost/conformance-postgres:15"),
-    ("CONFORMANCE_MQTT_IMAGE", "localhost/conformance-mosquitto:2.0.11"),
-    ("CONFORMANCE_RABBITMQ_IMAGE", "localhost/conformance-rabbitmq:3.10.8"),
-    ("CONFORMANCE_KAFKA_IMAGE", "localhost/conformance-kafka:3.9.0"),
-];
-
-/// The stand-in for `image`: every transport's broker has one. By the variable, not the image:
-/// whatever it names (the upstream image, a mirror), its stand-in is the one `brokers images` builds.
+/// The stand-in for `image`: every transport's broker has one (its facts' `stand_in`, the image
+/// `cargo xtask brokers images` builds). By the variable, not the image: whatever it names (the
+/// upstream image, a mirror), its stand-in is the one `brokers images` builds.
 fn stand_in(image: &ImageRef) -> Option<&'static str> {
-    STAND_INS.iter().find(|(variable, _)| *variable == image.variable).map(|(_, name)| *name)
+    contract::brokers::all().iter().find(|b| b.image.variable == image.variable).map(|b| b.image.stand_in.as_str())
 }
 
 /// Publishes `ports` on 127.0.0.1 only, on ports the engine picks: like a local process, a broker

@@ -12,6 +12,7 @@ use async_trait::async_trait;
 use gateway::transport::gcp::{Consumption, GcpConnection, GcpSubscription};
 use gateway::{Channel, Producer, Subscription};
 
+#[cfg(feature = "containers")]
 use crate::broker::ImageRef;
 use crate::builder::{reader_subscription, CellBroker, CellNames, CellPlan};
 use crate::cell::Teardown;
@@ -36,20 +37,16 @@ fn start_pstest() -> Result<LocalProcess, LocalError> {
 
 /// The Pub/Sub broker in each source (chosen by `source::start`).
 fn definition() -> Definition {
+    let (endpoint_variable, image) = source::facts("gcp");
     Definition {
         transport: "gcp",
-        endpoint_variable: "PUBSUB_EMULATOR_HOST",
-        image: ImageRef::from_environment("gcp", PUBSUB_IMAGE_VARIABLE, PUBSUB_IMAGE),
+        endpoint_variable,
+        image,
         #[cfg(feature = "containers")]
         container: Some(container),
         local: start_pstest,
     }
 }
-
-/// The image pinned for the container source: the one testcontainers-modules' CloudSdk uses.
-pub const PUBSUB_IMAGE: &str = "google/cloud-sdk:362.0.0-emulators";
-/// Overrides [`PUBSUB_IMAGE`] (`name:tag`), e.g. with the stand-in `cargo xtask brokers images` builds.
-pub const PUBSUB_IMAGE_VARIABLE: &str = "CONFORMANCE_PUBSUB_IMAGE";
 
 fn broker() -> &'static Broker {
     static BROKER: OnceLock<Broker> = OnceLock::new();

@@ -5,7 +5,7 @@
 //! `KAFKA_BOOTSTRAP_SERVERS`, or one KRaft node (combined controller and broker) in a local JVM,
 //! from the jars and launcher `cargo xtask brokers install kafka` puts under `.brokers/kafka`;
 //! or a container (`container`, testcontainers-modules' `apache::Kafka`) of
-//! [`KAFKA_IMAGE`], or of the stand-in `cargo xtask brokers images` builds
+//! the image its facts name (providers/brokers/kafka/broker.toml), or of the stand-in `cargo xtask brokers images` builds
 //! (`localhost/conformance-kafka:3.9.0`: the same jars and launcher on Debian's JRE) through
 //! `CONFORMANCE_KAFKA_IMAGE`.
 
@@ -17,6 +17,7 @@ use async_trait::async_trait;
 use gateway::transport::kafka::{KafkaConnection, KafkaSubscription};
 use gateway::{Channel, Producer, Subscription};
 
+#[cfg(feature = "containers")]
 use crate::broker::ImageRef;
 use crate::builder::{reader_subscription, CellBroker, CellNames, CellPlan};
 use crate::local::{self, LocalError, LocalProcess};
@@ -57,18 +58,13 @@ fn start_local() -> Result<LocalProcess, LocalError> {
     local::start("kafka", "kafka", command, port, "kafka ready", Duration::from_secs(120))
 }
 
-/// The image the container source runs: Apache's JVM image at the pinned version, the one
-/// testcontainers-modules' `apache::Kafka` starts with `with_jvm_image`; overridable, like every
-/// image, for a mirror or the stand-in.
-pub const KAFKA_IMAGE: &str = "apache/kafka:3.9.0";
-pub const KAFKA_IMAGE_VARIABLE: &str = "CONFORMANCE_KAFKA_IMAGE";
-
 /// The Kafka broker in each source (chosen by `source::start`).
 fn definition() -> Definition {
+    let (endpoint_variable, image) = source::facts("kafka");
     Definition {
         transport: "kafka",
-        endpoint_variable: "KAFKA_BOOTSTRAP_SERVERS",
-        image: ImageRef::from_environment("kafka", KAFKA_IMAGE_VARIABLE, KAFKA_IMAGE),
+        endpoint_variable,
+        image,
         #[cfg(feature = "containers")]
         container: Some(container),
         local: start_local,

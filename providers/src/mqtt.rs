@@ -5,7 +5,7 @@
 //! install mqtt`) behind `providers/brokers/mosquitto/launcher.sh`, which writes its
 //! configuration in a temporary folder, listens on a free loopback port and stops with the
 //! binary; or a container (`container`, testcontainers-modules' `Mosquitto`) of
-//! [`MQTT_IMAGE`], or of the stand-in `cargo xtask brokers images` builds
+//! the image its facts name (providers/brokers/mqtt/broker.toml), or of the stand-in `cargo xtask brokers images` builds
 //! (`localhost/conformance-mosquitto:2.0.11`, Debian's mosquitto) through `CONFORMANCE_MQTT_IMAGE`.
 
 use std::path::Path;
@@ -17,6 +17,7 @@ use async_trait::async_trait;
 use gateway::transport::mqtt::MqttConnection;
 use gateway::{Channel, ChannelError, Producer, Subscription};
 
+#[cfg(feature = "containers")]
 use crate::broker::ImageRef;
 use crate::builder::{reader_subscription, CellBroker, CellNames, CellPlan};
 use crate::local::{self, LocalError, LocalProcess};
@@ -49,17 +50,13 @@ fn start_local() -> Result<LocalProcess, LocalError> {
     local::start("mosquitto", "mqtt", command, port, "mosquitto ready", Duration::from_secs(30))
 }
 
-/// The image the container source runs: Eclipse's, at Debian 12's version (the local broker's),
-/// started as testcontainers-modules' `Mosquitto` starts it; overridable for a mirror or the stand-in.
-pub const MQTT_IMAGE: &str = "eclipse-mosquitto:2.0.11";
-pub const MQTT_IMAGE_VARIABLE: &str = "CONFORMANCE_MQTT_IMAGE";
-
 /// The MQTT broker in each source (chosen by `source::start`).
 fn definition() -> Definition {
+    let (endpoint_variable, image) = source::facts("mqtt");
     Definition {
         transport: "mqtt",
-        endpoint_variable: "MQTT_BROKER",
-        image: ImageRef::from_environment("mqtt", MQTT_IMAGE_VARIABLE, MQTT_IMAGE),
+        endpoint_variable,
+        image,
         #[cfg(feature = "containers")]
         container: Some(container),
         local: start_local,

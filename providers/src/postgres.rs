@@ -6,7 +6,7 @@
 //! and `postgres` on a free loopback port, behind `providers/brokers/postgres/launcher.sh`, from
 //! the Debian package `cargo xtask brokers install postgres` installs (never the system's
 //! service); or a container (`container`, testcontainers-modules' `Postgres`) of
-//! [`POSTGRES_IMAGE`], or of the stand-in `cargo xtask brokers images` builds
+//! the image its facts name (providers/brokers/postgres/broker.toml), or of the stand-in `cargo xtask brokers images` builds
 //! (`localhost/conformance-postgres:15`, Debian's postgresql-15 behind an entrypoint honouring the
 //! official image's interface) through `CONFORMANCE_POSTGRES_IMAGE`. Either way the database
 //! trusts the one user `USER` (reachable on 127.0.0.1 only), so the connection string has the same shape.
@@ -20,6 +20,7 @@ use async_trait::async_trait;
 use gateway::transport::postgres::{PostgresConnection, PostgresSubscription};
 use gateway::{Channel, Producer, Subscription};
 
+#[cfg(feature = "containers")]
 use crate::broker::ImageRef;
 use crate::builder::{reader_subscription, CellBroker, CellNames, CellPlan};
 use crate::local::{self, LocalError, LocalProcess};
@@ -57,17 +58,13 @@ fn start_local() -> Result<LocalProcess, LocalError> {
     local::start("postgres", "postgres", command, port, "postgres ready", Duration::from_secs(90))
 }
 
-/// The image the container source runs: the official one, for which testcontainers-modules'
-/// `Postgres` is made; overridable for a mirror or the stand-in.
-pub const POSTGRES_IMAGE: &str = "postgres:15";
-pub const POSTGRES_IMAGE_VARIABLE: &str = "CONFORMANCE_POSTGRES_IMAGE";
-
 /// The PostgreSQL database in each source (chosen by `source::start`).
 fn definition() -> Definition {
+    let (endpoint_variable, image) = source::facts("postgres");
     Definition {
         transport: "postgres",
-        endpoint_variable: "DATABASE_URL",
-        image: ImageRef::from_environment("postgres", POSTGRES_IMAGE_VARIABLE, POSTGRES_IMAGE),
+        endpoint_variable,
+        image,
         #[cfg(feature = "containers")]
         container: Some(container),
         local: start_local,

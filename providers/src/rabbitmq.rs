@@ -6,7 +6,7 @@
 //! rabbitmq`) behind `providers/brokers/rabbitmq/launcher.sh`: its own folder, epmd and cookie,
 //! on free loopback ports, gone (folder included) when the binary exits. Never the system service.
 //! Or a container (`container`, testcontainers-modules' `RabbitMq`) of
-//! [`RABBITMQ_IMAGE`], or of the stand-in `cargo xtask brokers images` builds
+//! the image its facts name (providers/brokers/rabbitmq/broker.toml), or of the stand-in `cargo xtask brokers images` builds
 //! (`localhost/conformance-rabbitmq:3.10.8`, Debian's rabbitmq-server) through
 //! `CONFORMANCE_RABBITMQ_IMAGE`. The node's name is `rabbit@<the container's hostname>`, fixed for
 //! the container's life, which is all quorum queues need of it (both configurations pass there).
@@ -19,6 +19,7 @@ use async_trait::async_trait;
 use gateway::transport::rabbitmq::{QueueType, RabbitMqConnection, RabbitMqSubscription};
 use gateway::{Channel, Producer, Subscription};
 
+#[cfg(feature = "containers")]
 use crate::broker::ImageRef;
 use crate::builder::{reader_subscription, CellBroker, CellNames, CellPlan};
 use crate::local::{self, LocalError, LocalProcess};
@@ -68,18 +69,13 @@ fn start_local() -> Result<LocalProcess, LocalError> {
     local::start("rabbitmq", "rabbitmq", command, amqp, "ready", Duration::from_secs(120))
 }
 
-/// The image the container source runs: the official one at Debian 12's version (the local
-/// node's), in its `-management` variant, the one testcontainers-modules' `RabbitMq` is made for
-/// (its ready line counts that variant's four plugins); overridable for a mirror or the stand-in.
-pub const RABBITMQ_IMAGE: &str = "rabbitmq:3.10.8-management";
-pub const RABBITMQ_IMAGE_VARIABLE: &str = "CONFORMANCE_RABBITMQ_IMAGE";
-
 /// The RabbitMQ broker in each source (chosen by `source::start`).
 fn definition() -> Definition {
+    let (endpoint_variable, image) = source::facts("rabbitmq");
     Definition {
         transport: "rabbitmq",
-        endpoint_variable: "AMQP_URL",
-        image: ImageRef::from_environment("rabbitmq", RABBITMQ_IMAGE_VARIABLE, RABBITMQ_IMAGE),
+        endpoint_variable,
+        image,
         #[cfg(feature = "containers")]
         container: Some(container),
         local: start_local,

@@ -6,7 +6,7 @@
 //! redis`) as a project-owned local process behind `providers/brokers/redis/launcher.sh`: a free
 //! loopback port, no persistence (`--save "" --appendonly no`), a work dir of its own under
 //! `.brokers/redis/run`, stopped and deleted when the binary ends; or a container
-//! (`container`, testcontainers-modules' `Redis`) of [`REDIS_IMAGE`], or of the stand-in
+//! (`container`, testcontainers-modules' `Redis`) of the image its facts name (providers/brokers/redis/broker.toml), or of the stand-in
 //! `cargo xtask brokers images` builds (`localhost/conformance-redis:7.0.15`, Debian's
 //! redis-server) through `CONFORMANCE_REDIS_IMAGE`.
 
@@ -19,6 +19,7 @@ use async_trait::async_trait;
 use gateway::transport::redis::{RedisConnection, RedisSubscription};
 use gateway::{Channel, Producer, Subscription};
 
+#[cfg(feature = "containers")]
 use crate::broker::ImageRef;
 use crate::builder::{reader_subscription, CellBroker, CellNames, CellPlan};
 use crate::local::{self, LocalError, LocalProcess};
@@ -48,16 +49,12 @@ fn start_local() -> Result<LocalProcess, LocalError> {
     local::start("redis-server", "redis", command, port, "redis ready", Duration::from_secs(30))
 }
 
-/// The image the container source runs: the official one, for which testcontainers-modules'
-/// `Redis` is made; overridable, like every image, for a mirror or the stand-in.
-pub const REDIS_IMAGE: &str = "redis:7.0.15";
-pub const REDIS_IMAGE_VARIABLE: &str = "CONFORMANCE_REDIS_IMAGE";
-
 fn definition() -> Definition {
+    let (endpoint_variable, image) = source::facts("redis");
     Definition {
         transport: "redis",
-        endpoint_variable: "REDIS_URL",
-        image: ImageRef::from_environment("redis", REDIS_IMAGE_VARIABLE, REDIS_IMAGE),
+        endpoint_variable,
+        image,
         #[cfg(feature = "containers")]
         container: Some(container),
         local: start_local,

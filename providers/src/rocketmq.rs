@@ -17,6 +17,7 @@ use async_trait::async_trait;
 use gateway::transport::rocketmq::{RocketMqConnection, RocketMqSubscription};
 use gateway::{Channel, Producer, Subscription};
 
+#[cfg(feature = "containers")]
 use crate::broker::ImageRef;
 use crate::builder::{reader_subscription, CellBroker, CellNames, CellPlan};
 use crate::local::{self, LocalError, LocalProcess};
@@ -93,18 +94,13 @@ fn start_local() -> Result<LocalProcess, LocalError> {
     }
 }
 
-/// The container image: the project's own (`cargo xtask brokers images`), not Apache's
-/// `apache/rocketmq`, whose entrypoint starts one server per container and which no engine here
-/// can pull to prove a definition against. Overridable, like every image, for a mirror.
-pub const ROCKETMQ_IMAGE: &str = "localhost/conformance-rocketmq:5.3.3";
-pub const ROCKETMQ_IMAGE_VARIABLE: &str = "CONFORMANCE_ROCKETMQ_IMAGE";
-
 /// The RocketMQ broker in each source (chosen by `source::start`).
 fn definition() -> Definition {
+    let (endpoint_variable, image) = source::facts("rocketmq");
     Definition {
         transport: "rocketmq",
-        endpoint_variable: "NAMESRV_ADDR",
-        image: ImageRef::from_environment("rocketmq", ROCKETMQ_IMAGE_VARIABLE, ROCKETMQ_IMAGE),
+        endpoint_variable,
+        image,
         #[cfg(feature = "containers")]
         container: Some(container),
         local: start_local,

@@ -90,6 +90,15 @@ pub struct Definition {
     pub local: fn() -> Result<LocalProcess, LocalError>,
 }
 
+/// `transport`'s endpoint variable and its image (the default, or what its variable names), from
+/// its facts (`providers/brokers/<folder>/broker.toml`, read through `contract::brokers`).
+pub fn facts(transport: &'static str) -> (&'static str, ImageRef) {
+    let broker = contract::brokers::of(transport)
+        .unwrap_or_else(|| panic!("no providers/brokers/*/broker.toml names the transport {transport}"));
+    let image = ImageRef::from_environment(transport, &broker.image.variable, &broker.image.default);
+    (&broker.endpoint_variable, image)
+}
+
 /// A broker that is up: where it is, and what keeps it alive for the binary's life.
 pub enum Running {
     /// The value of the endpoint variable, as given.

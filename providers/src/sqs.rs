@@ -13,6 +13,7 @@ use async_trait::async_trait;
 use gateway::transport::sqs::{SqsConnection, SqsSubscription};
 use gateway::{Channel, Producer};
 
+#[cfg(feature = "containers")]
 use crate::broker::ImageRef;
 use crate::builder::{CellBroker, CellNames, CellPlan};
 use crate::cell::Teardown;
@@ -32,7 +33,7 @@ fn start_moto() -> Result<LocalProcess, LocalError> {
     let port = local::free_loopback_port();
     let python = local::install_dir("sqs").join("venv/bin/python");
     let mut command = Command::new(python);
-    command.arg(local::workspace_root().join("providers/brokers/moto_launcher.py")).arg(port.to_string());
+    command.arg(local::workspace_root().join("providers/brokers/sqs/moto_launcher.py")).arg(port.to_string());
     local::start("moto", "sqs", command, port, "moto listening", Duration::from_secs(60))
 }
 
@@ -71,20 +72,16 @@ fn start_local() -> Result<LocalProcess, LocalError> {
 
 /// The SQS / SNS broker in each source (chosen by `source::start`).
 fn definition() -> Definition {
+    let (endpoint_variable, image) = source::facts("sqs");
     Definition {
         transport: "sqs",
-        endpoint_variable: "AWS_ENDPOINT_URL",
-        image: ImageRef::from_environment("sqs", LOCALSTACK_IMAGE_VARIABLE, LOCALSTACK_IMAGE),
+        endpoint_variable,
+        image,
         #[cfg(feature = "containers")]
         container: Some(container),
         local: start_local,
     }
 }
-
-/// The image pinned for the container source: the one testcontainers-modules' LocalStack uses.
-pub const LOCALSTACK_IMAGE: &str = "localstack/localstack:4.5";
-/// Overrides [`LOCALSTACK_IMAGE`] (`name:tag`), e.g. with a mirror.
-pub const LOCALSTACK_IMAGE_VARIABLE: &str = "CONFORMANCE_LOCALSTACK_IMAGE";
 
 fn broker() -> &'static Broker {
     static BROKER: OnceLock<Broker> = OnceLock::new();

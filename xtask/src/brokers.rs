@@ -9,6 +9,8 @@ use std::process::Command;
 use anyhow::{bail, Context, Result};
 use clap::Subcommand;
 
+use contract::brokers::Install;
+
 use crate::root;
 
 #[derive(Subcommand)]
@@ -36,9 +38,11 @@ pub enum BrokersTask {
     },
 }
 
-/// The transports with a local broker, and the ones that need none.
-pub const INSTALLABLE: [&str; 9] =
-    ["memory", "sqs", "gcp", "rocketmq", "postgres", "mqtt", "redis", "rabbitmq", "kafka"];
+/// The transports with a local broker (each with its facts, `contract::brokers`), and memory,
+/// which needs none.
+pub fn installable() -> Vec<&'static str> {
+    std::iter::once("memory").chain(contract::brokers::all().iter().map(|b| b.transport.as_str())).collect()
+}
 
 /// The broker implementations `--impl` names (the contract's, as the test binaries read them).
 pub use contract::Implementation;
@@ -72,20 +76,24 @@ pub fn install_implementation(transport: &str, implementation: Option<Implementa
     }
 }
 
+/// Installs `transport`'s local broker as its facts' recipe says.
 pub fn install(transport: &str) -> Result<()> {
-    match transport {
-        "memory" => Ok(()),
-        "sqs" => install_moto(),
-        "gcp" => install_pstest(),
-        "rocketmq" => install_rocketmq(),
-        "postgres" => install_postgres(),
-        // Debian's mosquitto; the harness runs its own on a loopback port, never the system service.
-        "mqtt" => install_debian_package("mosquitto", Path::new("/usr/sbin/mosquitto")),
-        // Debian's redis-server; the provider's launcher runs it as a project-owned process.
-        "redis" => install_debian_package("redis-server", Path::new(REDIS_SERVER)),
-        "rabbitmq" => install_rabbitmq(),
-        "kafka" => install_kafka(),
-        other => bail!("brokers install {other}: no such transport; valid choices: {}", INSTALLABLE.join(", ")),
+    if transport == "memory" {
+        return Ok(());
+    }
+    let Some(broker) = contract::brokers::of(transport) else {
+        bail!("brokers install {transport}: no such transport; valid choices: {}", installable().join(", "))
+    };
+    match &broker.install {
+        Install::Moto => install_moto(),
+        Install::Pstest => install_pstest(),
+        // A package Debian ships; the harness runs its binary on a loopback port, never the
+        // package's service.
+        Install::Debian { package, binary, system_user } => {
+            install_debian_package(package, Path::new(binary))?;
+            system_user.as_deref().map_or(Ok(()), ensure_system_user)
+        }
+        Install::Maven { name, source, into, launcher } => install_java_launcher(name, source, into, launcher),
     }
 }
 
@@ -102,18 +110,12 @@ pub(crate) fn run_quietly(command: &mut Command, what: &str) -> Result<()> {
     Ok(())
 }
 
-/// The server the local PostgreSQL runs (providers::postgres::POSTGRES_BIN holds its folder).
-const POSTGRES_BIN: &str = "/usr/lib/postgresql/15/bin/postgres";
-
-/// PostgreSQL 15 from Debian (postgresql-15), whose server and initdb the project's launcher
-/// (providers/brokers/postgres/launcher.sh) runs in a temporary cluster of its own. The server
-/// refuses to run as root, and every machine here runs as root: the launcher then runs it as the
-/// unprivileged system user `postgres`, which the package creates; made here when missing.
-fn install_postgres() -> Result<()> {
-    install_debian_package("postgresql-15", Path::new(POSTGRES_BIN))?;
-    let user_exists = Command::new("id").args(["-u", "postgres"]).output().is_ok_and(|o| o.status.success());
+/// Makes the unprivileged system user `user` where missing: a server that refuses to run as root
+/// (PostgreSQL; every machine here runs as root) runs as it.
+fn ensure_system_user(user: &str) -> Result<()> {
+    let user_exists = Command::new("id").args(["-u", user]).output().is_ok_and(|o| o.status.success());
     if !user_exists {
-        eprintln!("brokers: creating the system user postgres, which runs the local PostgreSQL server");
+        eprintln!("brokers: creating the system user {user}, which runs the local broker");
         run_quietly(
             Command::new("useradd").args([
                 "--system",
@@ -121,20 +123,20 @@ fn install_postgres() -> Result<()> {
                 "--no-create-home",
                 "--shell",
                 "/usr/sbin/nologin",
-                "postgres",
+                user,
             ]),
-            "create the system user postgres with useradd",
+            &format!("create the system user {user} with useradd"),
         )?;
     }
     Ok(())
 }
 
-/// moto, pinned in providers/brokers/requirements-sqs.txt, in a project-owned virtualenv.
+/// moto, pinned in providers/brokers/sqs/requirements.txt, in a project-owned virtualenv.
 fn install_moto() -> Result<()> {
     let root = root();
     let venv = root.join(".brokers/sqs/venv");
     let python = venv.join("bin/python");
-    let requirements = root.join("providers/brokers/requirements-sqs.txt");
+    let requirements = root.join("providers/brokers/sqs/requirements.txt");
     if !python.exists() {
         eprintln!("brokers: creating {}", venv.display());
         run_quietly(
@@ -163,7 +165,7 @@ fn installed(python: &Path, requirements: &Path) -> Result<bool> {
     let pinned = std::fs::read_to_string(requirements)?
         .lines()
         .find_map(|line| line.split_once("==").map(|(_, version)| version.trim().to_owned()))
-        .context("requirements-sqs.txt pins no moto version")?;
+        .context("providers/brokers/sqs/requirements.txt pins no moto version")?;
     let check = format!("import moto, moto.server, sys; sys.exit(0 if moto.__version__ == {pinned:?} else 1)");
     Ok(Command::new(python).args(["-c", &check]).output().is_ok_and(|output| output.status.success()))
 }
@@ -172,7 +174,7 @@ fn installed(python: &Path, requirements: &Path) -> Result<bool> {
 /// machine's Go from the Go module proxy; rebuilt when its sources are newer than the binary.
 /// Built static (CGO_ENABLED=0) so the very binary the local path runs also serves as the
 /// entrypoint of the stand-in image `brokers images` builds FROM scratch.
-pub(crate) fn install_pstest() -> Result<()> {
+fn install_pstest() -> Result<()> {
     let root = root();
     let source = root.join("providers/brokers/pstest");
     let binary = root.join(".brokers/gcp/pstest-launcher");
@@ -194,20 +196,6 @@ fn up_to_date(built: &Path, folder: &Path, sources: &[&str]) -> bool {
     let modified = |path: &Path| std::fs::metadata(path).and_then(|m| m.modified()).ok();
     let newest_source = sources.iter().filter_map(|file| modified(&folder.join(file))).max();
     matches!((modified(built), newest_source), (Some(built), Some(source)) if built >= source)
-}
-
-/// Apache RocketMQ (name server and broker) from Maven Central, pinned in
-/// providers/brokers/rocketmq/pom.xml, and the project's launcher compiled against it; both run
-/// with the machine's Java.
-fn install_rocketmq() -> Result<()> {
-    install_java_launcher("RocketMQ", "providers/brokers/rocketmq", ".brokers/rocketmq", "Launcher")
-}
-
-/// Apache Kafka (one KRaft node: controller and broker in one JVM) from Maven Central, pinned in
-/// providers/brokers/kafka/pom.xml, and the project's launcher compiled against it; run with the
-/// machine's Java.
-fn install_kafka() -> Result<()> {
-    install_java_launcher("Kafka", "providers/brokers/kafka", ".brokers/kafka", "KafkaLauncher")
 }
 
 /// ElasticMQ's server from Maven Central, pinned in providers/brokers/elasticmq/pom.xml, and the
@@ -252,8 +240,14 @@ fn install_java_launcher(name: &str, source: &str, install: &str, launcher: &str
 }
 
 /// The pinned version of the Rust name server and broker (crates.io `rocketmq-namesrv` and
-/// `rocketmq-broker`, the project of the gateway's client `rocketmq-client-rust`).
-pub const ROCKETMQ_RUST_VERSION: &str = "1.0.0";
+/// `rocketmq-broker`, the project of the gateway's client `rocketmq-client-rust`): the rocketmq
+/// facts' `rocketmq-rust X.Y.Z`.
+fn rocketmq_rust_version() -> &'static str {
+    contract::brokers::of("rocketmq")
+        .and_then(|broker| broker.implementations.iter().find(|other| other.name == "rocketmq-rust"))
+        .and_then(|other| other.version.strip_prefix("rocketmq-rust "))
+        .expect("providers/brokers/rocketmq/broker.toml gives rocketmq-rust's version as \"rocketmq-rust X.Y.Z\"")
+}
 /// The crates that carry the Rust name server and broker, and their binaries.
 const ROCKETMQ_RUST_CRATES: [(&str, &str); 2] =
     [("rocketmq-namesrv", "rocketmq-namesrv-rust"), ("rocketmq-broker", "rocketmq-broker-rust")];
@@ -264,8 +258,9 @@ const ROCKETMQ_RUST_CRATES: [(&str, &str); 2] =
 /// target must not be touched), removed once they are installed. The launcher that runs them is
 /// providers/brokers/rocketmq-rust/launcher.sh.
 fn install_rocketmq_rust() -> Result<()> {
+    let version = rocketmq_rust_version();
     let install = root().join(".brokers/rocketmq/rust");
-    let pinned = format!("version={ROCKETMQ_RUST_VERSION}");
+    let pinned = format!("version={version}");
     let installed = |binary: &str| {
         Command::new(install.join("bin").join(binary))
             .arg("--version")
@@ -276,11 +271,11 @@ fn install_rocketmq_rust() -> Result<()> {
         return Ok(());
     }
     eprintln!(
-        "brokers: building rocketmq-rust {ROCKETMQ_RUST_VERSION} (name server and broker) with cargo install into {} \
+        "brokers: building rocketmq-rust {version} (name server and broker) with cargo install into {} \
          (about 15 minutes on two cores)",
         install.display()
     );
-    let crates = ROCKETMQ_RUST_CRATES.map(|(name, _)| format!("{name}@{ROCKETMQ_RUST_VERSION}"));
+    let crates = ROCKETMQ_RUST_CRATES.map(|(name, _)| format!("{name}@{version}"));
     let build = root().join("target/rocketmq-rust-install");
     run_quietly(
         crate::build::cargo()
@@ -293,62 +288,28 @@ fn install_rocketmq_rust() -> Result<()> {
     )?;
     std::fs::remove_dir_all(&build).with_context(|| format!("cannot remove {}", build.display()))?;
     if let Some((_, missing)) = ROCKETMQ_RUST_CRATES.iter().find(|(_, binary)| !installed(binary)) {
-        bail!(
-            "{missing} {ROCKETMQ_RUST_VERSION} is still missing from {} after cargo install",
-            install.join("bin").display()
-        );
+        bail!("{missing} {version} is still missing from {} after cargo install", install.join("bin").display());
     }
     Ok(())
 }
 
 /// The version of `transport`'s local broker the project pins, for the implementation a run
-/// announced (`elasticmq`, `rocketmq-rust`; any other name means the transport's one or reference
-/// implementation): moto in requirements-sqs.txt, ElasticMQ in its pom, the Pub/Sub module behind
-/// pstest in its go.mod, Apache RocketMQ in its pom, rocketmq-rust in [`ROCKETMQ_RUST_VERSION`].
+/// announced: its facts' version, or the version of the other implementation it names
+/// (`elasticmq`, `rocketmq-rust`). PostgreSQL's minor version is whatever Debian ships: the server
+/// says it.
 pub fn pinned_version(transport: &str, implementation: &str) -> Option<String> {
-    if (transport, implementation) == ("rocketmq", "rocketmq-rust") {
-        return Some(format!("rocketmq-rust {ROCKETMQ_RUST_VERSION}"));
+    let broker = contract::brokers::of(transport)?;
+    if let Some(other) = broker.implementations.iter().find(|other| other.name == implementation) {
+        return Some(other.version.clone());
     }
-    if transport == "postgres" {
-        // The Debian package pins the major version; the minor is whatever Debian ships.
-        let output = Command::new(POSTGRES_BIN).arg("--version").output().ok()?;
-        let version = String::from_utf8_lossy(&output.stdout);
-        return Some(format!("PostgreSQL {}", version.trim().strip_prefix("postgres (PostgreSQL) ")?));
-    }
-    let brokers = root().join("providers/brokers");
-    let (file, find): (&str, fn(&str) -> Option<String>) = match (transport, implementation) {
-        ("sqs", "elasticmq") => ("elasticmq/pom.xml", |line| {
-            let rest = line.trim().strip_prefix("<elasticmq.version>")?;
-            Some(format!("ElasticMQ {}", rest.strip_suffix("</elasticmq.version>")?))
-        }),
-        ("sqs", _) => {
-            ("requirements-sqs.txt", |line| line.strip_prefix("moto[server]==").map(|v| format!("moto {}", v.trim())))
+    match &broker.install {
+        Install::Debian { binary, .. } if transport == "postgres" => {
+            let output = Command::new(binary).arg("--version").output().ok()?;
+            let version = String::from_utf8_lossy(&output.stdout);
+            Some(format!("PostgreSQL {}", version.trim().strip_prefix("postgres (PostgreSQL) ")?))
         }
-        ("gcp", _) => ("pstest/go.mod", |line| {
-            line.trim()
-                .strip_prefix("require cloud.google.com/go/pubsub/v2 ")
-                .map(|v| format!("pubsub pstest {}", v.trim()))
-        }),
-        ("rocketmq", _) => ("rocketmq/pom.xml", |line| {
-            let rest = line.trim().strip_prefix("<rocketmq.version>")?;
-            Some(format!("Apache RocketMQ {}", rest.strip_suffix("</rocketmq.version>")?))
-        }),
-        ("kafka", _) => ("kafka/pom.xml", |line| {
-            let rest = line.trim().strip_prefix("<kafka.version>")?;
-            Some(format!("Apache Kafka {}", rest.strip_suffix("</kafka.version>")?))
-        }),
-        _ => return None,
-    };
-    std::fs::read_to_string(brokers.join(file)).ok()?.lines().find_map(find)
-}
-
-/// Debian's redis-server binary, which `providers::redis` runs (the package's service never starts).
-const REDIS_SERVER: &str = "/usr/bin/redis-server";
-/// RabbitMQ: Debian's rabbitmq-server (3.10.8 on bookworm, with Erlang/OTP 25), of which only
-/// the server script under /usr/lib/rabbitmq/bin is used, by providers/brokers/rabbitmq/launcher.sh
-/// (not /usr/sbin's wrapper, which switches user and logs to /var/log). About 30 s the first time.
-fn install_rabbitmq() -> Result<()> {
-    install_debian_package("rabbitmq-server", Path::new("/usr/lib/rabbitmq/bin/rabbitmq-server"))
+        _ => Some(broker.version.clone()),
+    }
 }
 
 /// A broker Debian packages (redis-server, mosquitto, PostgreSQL): `binary` is all the project

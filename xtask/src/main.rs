@@ -93,7 +93,7 @@ fn test(brokers: Option<contract::BrokerSource>) -> Result<()> {
         None => contract::BrokerSource::from_environment()?,
     };
     eprintln!("brokers: {} (each broker-backed test binary says which source it used)", brokers.name());
-    brokers::INSTALLABLE.iter().try_for_each(|transport| brokers::install(transport))?;
+    brokers::installable().into_iter().try_for_each(brokers::install)?;
     let cargo_test = |args: &[&str]| -> Result<()> {
         let status = build::cargo()
             .current_dir(root())

@@ -103,27 +103,44 @@ fn every_generated_file_carries_its_header() {
     assert!(missing.is_empty(), "generated files without an @generated first line: {missing:?}");
 }
 
-/// The `"localhost/conformance-…"` string literals in `text`.
+/// The `localhost/conformance-…` image names in `text`.
 fn stand_in_names(text: &str) -> Vec<String> {
-    text.split('"')
-        .skip(1)
-        .step_by(2)
-        .filter(|literal| literal.starts_with("localhost/conformance-"))
-        .map(str::to_owned)
+    text.split(|c: char| c.is_whitespace() || "\"'`=(),;".contains(c))
+        .filter(|word| word.starts_with("localhost/conformance-"))
+        .map(|word| word.trim_end_matches(['.', ':']).to_owned())
         .collect()
 }
 
 #[test]
-fn every_stand_in_the_container_source_names_is_one_brokers_images_builds() {
-    let read = |path: &str| std::fs::read_to_string(root().join(path)).unwrap();
-    let built = stand_in_names(&read("xtask/src/images.rs"));
-    let named = stand_in_names(&read("providers/src/containers.rs"));
-    assert!(named.len() >= 8, "providers/src/containers.rs names a stand-in per image variable: {named:?}");
-    let unbuilt: Vec<&String> = named.iter().filter(|name| !built.contains(name)).collect();
-    assert!(
-        unbuilt.is_empty(),
-        "stand-ins named in providers/src/containers.rs that xtask/src/images.rs does not build: {unbuilt:?}"
-    );
+fn every_stand_in_the_scripts_and_docs_name_is_one_brokers_images_builds() {
+    let built: Vec<&str> = contract::brokers::all().iter().map(|b| b.image.stand_in.as_str()).collect();
+    let mut unbuilt = Vec::new();
+    for path in [".ci/run", ".ci/broad", "docs/BROKERS.md", "xtask/tests/it/main.rs"] {
+        for name in stand_in_names(&std::fs::read_to_string(root().join(path)).unwrap()) {
+            if !built.contains(&name.as_str()) && !name.starts_with("localhost/conformance-base:") {
+                unbuilt.push(format!("{path}: {name}"));
+            }
+        }
+    }
+    assert!(unbuilt.is_empty(), "stand-ins no providers/brokers/*/broker.toml builds: {unbuilt:?}");
+}
+
+#[test]
+fn every_version_a_broker_file_states_is_the_one_its_pin_file_fetches() {
+    let mut stale = Vec::new();
+    for broker in contract::brokers::all() {
+        let pins = broker.pin.iter().chain(broker.implementations.iter().filter_map(|other| other.pin.as_ref()));
+        for pin in pins {
+            let text = std::fs::read_to_string(root().join("providers/brokers").join(&pin.file)).unwrap();
+            if !text.lines().any(|line| line.trim() == pin.line) {
+                stale.push(format!(
+                    "providers/brokers/{}/broker.toml: {} has no line {:?}",
+                    broker.folder, pin.file, pin.line
+                ));
+            }
+        }
+    }
+    assert!(stale.is_empty(), "{}", stale.join("\n"));
 }
 
 /// The workspace's hand-written crates (`generated` is rendered, one root per test binary).

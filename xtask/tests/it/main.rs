@@ -232,8 +232,10 @@ fn a_local_broker_dying_mid_run_stops_the_run_naming_it_and_leaves_the_ledger() 
     assert_eq!(ledger_files(ledger.path()), before, "the ledger is left untouched");
 }
 
-/// The Pub/Sub stand-in `cargo xtask brokers images` builds (xtask's `images::PUBSUB_STAND_IN`).
-const PUBSUB_STAND_IN: &str = "localhost/conformance-pstest:pubsub-v2.9.0";
+/// The stand-in `cargo xtask brokers images` builds for `transport` (its broker facts').
+fn stand_in(transport: &str) -> &'static str {
+    &contract::brokers::of(transport).unwrap().image.stand_in
+}
 
 /// Every file of a ledger folder, by name, as bytes.
 fn ledger_files(dir: &Path) -> std::collections::BTreeMap<String, Vec<u8>> {
@@ -250,18 +252,15 @@ fn ledger_files(dir: &Path) -> std::collections::BTreeMap<String, Vec<u8>> {
 #[test]
 #[ignore = "needs a Docker daemon and the Pub/Sub stand-in image (cargo xtask brokers images gcp); .ci/run runs it with --ignored"]
 fn a_broker_container_dying_mid_run_fails_the_run_names_the_broker_and_leaves_the_ledger() {
-    container_dies_mid_run("gcp", "CONFORMANCE_PUBSUB_IMAGE", PUBSUB_STAND_IN, "the Pub/Sub emulator container");
+    container_dies_mid_run("gcp", "CONFORMANCE_PUBSUB_IMAGE", stand_in("gcp"), "the Pub/Sub emulator container");
 }
 
 /// The same on RocketMQ, whose container runs on the host network (no published port to lose).
 #[test]
 #[ignore = "needs a Docker daemon and the RocketMQ image (cargo xtask brokers images rocketmq); .ci/broad runs it with --ignored"]
 fn a_rocketmq_container_dying_mid_run_fails_the_run_names_the_broker_and_leaves_the_ledger() {
-    container_dies_mid_run("rocketmq", "CONFORMANCE_ROCKETMQ_IMAGE", ROCKETMQ_STAND_IN, "the RocketMQ container");
+    container_dies_mid_run("rocketmq", "CONFORMANCE_ROCKETMQ_IMAGE", stand_in("rocketmq"), "the RocketMQ container");
 }
-
-/// The RocketMQ image `cargo xtask brokers images` builds (xtask's `images::ROCKETMQ_STAND_IN`).
-const ROCKETMQ_STAND_IN: &str = "localhost/conformance-rocketmq:5.3.3";
 
 /// Runs `transport`'s cells on a container killed mid-run (fault kill-broker): the run fails
 /// naming the container, no cell is judged, the ledger is byte-identical and the container gone.
