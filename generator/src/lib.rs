@@ -4,6 +4,7 @@
 //! the ledger (a Deferred cell renders as an ignored test carrying its reason). Outputs: the
 //! `generated/` crate and the ledger's matrix (`LEDGER.md` and `LEDGER.svg`). Check mode compares instead of writing.
 
+mod brokers_page;
 mod error;
 mod files;
 pub mod manifest;

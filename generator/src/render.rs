@@ -180,6 +180,9 @@ pub(crate) fn render_all(
     crate_context.insert("variants", &manifest.variants);
     crate_context.insert("behaviours", &behaviours);
 
+    let (page, text) = crate::brokers_page::render(root)?;
+    outputs.insert(page, text);
+
     crate_context.insert("template", "templates/crate/Cargo.toml.tera");
     outputs.insert(generated.join("Cargo.toml"), render(&tera, "crate/Cargo.toml.tera", &crate_context)?);
     crate_context.insert("template", "templates/crate/lib.rs.tera");

@@ -23,7 +23,7 @@ fn copy_tree(from: &Path, to: &Path) {
 /// A copy of everything the generator reads and writes.
 fn scratch_repository() -> tempfile::TempDir {
     let scratch = tempfile::tempdir().unwrap();
-    for folder in ["templates", "generated", "ledger"] {
+    for folder in ["templates", "generated", "ledger", "docs"] {
         copy_tree(&root().join(folder), &scratch.path().join(folder));
     }
     std::fs::copy(root().join("rustfmt.toml"), scratch.path().join("rustfmt.toml")).unwrap();
