@@ -14,10 +14,11 @@ use ledger::{CellId, CellResult, Ledger, RunRecord, Status, VariantResult};
 
 use crate::build::{build_test_binaries, Features};
 use crate::evidence::{git_commit, run_record};
-use crate::libtest::{self, TestResult};
+use crate::libtest::TestResult;
 use crate::root;
 use crate::runner::{run_all, BinaryRun, Built, Finished, Limits, RunWith};
 use crate::selection::{self, Selection};
+use crate::test_names::{TestCell, TestNames};
 use contract::{BrokerSource, Implementation};
 
 #[derive(clap::Args)]
@@ -83,8 +84,8 @@ pub struct Args {
     implementation: Option<Implementation>,
 }
 
-fn variant_result(results: &[&Finished], variant: &str) -> VariantResult {
-    let mut found = results.iter().filter(|f| libtest::cell_of(&f.name).is_some_and(|(_, v, _)| v == variant));
+fn variant_result(results: &[&Finished], names: &TestNames, variant: &str) -> VariantResult {
+    let mut found = results.iter().filter(|f| names.cell(&f.name).is_some_and(|test| test.variant == variant));
     match found.next().map(|f| f.result) {
         Some(TestResult::Ok) => VariantResult::Passed,
         Some(TestResult::Failed) => VariantResult::Failed,
@@ -128,8 +129,7 @@ pub fn run(args: &Args) -> Result<()> {
         variants: args.variants.clone(),
     };
     let mut selection = Selection::new(&manifest, &asked)?;
-    let modules: BTreeMap<String, &str> =
-        manifest.configurations.iter().map(|c| (c.module(), c.name.as_str())).collect();
+    let names = TestNames::new(&manifest);
     // The binaries are built from generated/: stale code would test what the templates no
     // longer say.
     generator::generate(&root, generator::Mode::Check).context("generated/ must be fresh before a conformance run")?;
@@ -151,14 +151,14 @@ pub fn run(args: &Args) -> Result<()> {
             crate::brokers::install_implementation(transport, second)?;
         }
     }
-    let names: Vec<&str> = selection.transports.iter().map(|(transport, _)| *transport).collect();
-    eprintln!("building the conformance tests of {}", names.join(", "));
+    let transports: Vec<&str> = selection.transports.iter().map(|(transport, _)| *transport).collect();
+    eprintln!("building the conformance tests of {}", transports.join(", "));
     let mut executables =
         build_test_binaries(&root, None, &selection.transports, brokers, Features::for_run(&selection.transports))?;
     let mut binaries = Vec::new();
     for (transport, _) in &selection.transports {
         let executable = executables.remove(*transport).expect("build_test_binaries checks every transport");
-        binaries.push((*transport, executable, selection.filters(&manifest, transport)));
+        binaries.push((*transport, executable, selection.filters(&manifest, &names, transport)));
     }
     let limits =
         Limits { binary: Duration::from_secs(args.binary_timeout), cell: Duration::from_secs(args.cell_timeout) };
@@ -166,19 +166,19 @@ pub fn run(args: &Args) -> Result<()> {
     let digest = ledger::source_digest(&root)?;
     let run_with = RunWith { brokers, second };
     if args.repeat > 1 {
-        return repeat(&root, args, run_with, &binaries, &selection, &modules, limits, &ledger);
+        return repeat(&root, args, run_with, &binaries, &selection, &names, limits, &ledger);
     }
-    let runs = run_all(&root, run_with, &binaries, &selection, &modules, limits, Some(&ledger))?;
+    let runs = run_all(&root, run_with, &binaries, &selection, &names, limits, Some(&ledger))?;
     // Every binary completed: only now may the ledger (or the fidelity table) change.
-    let (results, timings) = cell_results(&runs, &selection, &modules);
-    let record = run_record(&runs, &modules, digest);
+    let (results, timings) = cell_results(&runs, &selection, &names);
+    let record = run_record(&runs, &names, digest);
     if let Some(implementation) = second {
         let fidelity = crate::fidelity::FidelityRun {
             ledger_dir: &ledger_dir,
             implementation,
             results: &results,
             runs: &runs,
-            modules: &modules,
+            names: &names,
             not_run: not_served(&manifest, implementation, &args.transports),
             behaviours: &selection.behaviours,
             ledger: &ledger,
@@ -198,7 +198,7 @@ pub fn run(args: &Args) -> Result<()> {
         None => crate::record::apply(&root, &manifest, &ledger_dir, &mut ledger, &results, &record, every_variant)?,
     };
     if let Some(path) = &args.junit {
-        crate::junit::write(path, &runs, &modules)?;
+        crate::junit::write(path, &runs, &names)?;
     }
     print_summary(&record, &applied.report, &timings, &runs);
     if !applied.problems.is_empty() {
@@ -211,7 +211,7 @@ pub fn run(args: &Args) -> Result<()> {
 fn cell_results(
     runs: &[BinaryRun],
     selection: &Selection,
-    modules: &BTreeMap<String, &str>,
+    names: &TestNames,
 ) -> (Vec<CellResult>, BTreeMap<CellId, Duration>) {
     let mut results = Vec::new();
     let mut timings: BTreeMap<CellId, Duration> = BTreeMap::new();
@@ -219,21 +219,14 @@ fn cell_results(
         for configuration in &run.configurations {
             for &behaviour in &selection.behaviours {
                 let cell = CellId::new(configuration.clone(), behaviour);
-                let mine: Vec<&Finished> = run
-                    .finished
-                    .iter()
-                    .filter(|f| {
-                        libtest::cell_of(&f.name).is_some_and(|(module, _, n)| {
-                            modules.get(module) == Some(&configuration.as_str()) && n == behaviour
-                        })
-                    })
-                    .collect();
+                let mine: Vec<&Finished> =
+                    run.finished.iter().filter(|f| names.cell(&f.name).is_some_and(|test| test.cell == cell)).collect();
                 if let Some(slowest) = mine.iter().map(|f| f.elapsed).max() {
                     timings.insert(cell.clone(), slowest);
                 }
                 results.push(CellResult {
-                    reactor: variant_result(&mine, "reactor"),
-                    proactor: variant_result(&mine, "proactor"),
+                    reactor: variant_result(&mine, names, "reactor"),
+                    proactor: variant_result(&mine, names, "proactor"),
                     cell,
                 });
             }
@@ -358,18 +351,17 @@ fn repeat(
     run_with: RunWith,
     binaries: &[Built],
     selection: &Selection,
-    modules: &BTreeMap<String, &str>,
+    names: &TestNames,
     limits: Limits,
     ledger: &Ledger,
 ) -> Result<()> {
     let mut passes: BTreeMap<(CellId, String), (u32, u32)> = BTreeMap::new();
     for round in 1..=args.repeat {
         eprintln!("round {round} of {}", args.repeat);
-        for run in run_all(root, run_with, binaries, selection, modules, limits, None)? {
+        for run in run_all(root, run_with, binaries, selection, names, limits, None)? {
             for test in &run.finished {
-                let Some((module, variant, number)) = libtest::cell_of(&test.name) else { continue };
-                let Some(configuration) = modules.get(module) else { continue };
-                let tally = passes.entry((CellId::new(*configuration, number), variant.to_owned())).or_default();
+                let Some(TestCell { cell, variant }) = names.cell(&test.name) else { continue };
+                let tally = passes.entry((cell, variant)).or_default();
                 tally.0 += u32::from(test.result == TestResult::Ok);
                 tally.1 += 1;
             }

@@ -5,11 +5,12 @@
 use std::collections::BTreeMap;
 use std::process::Command;
 
-use ledger::{CellId, ConfigurationRun, RunRecord};
+use ledger::{ConfigurationRun, RunRecord};
 
-use crate::libtest::{self, TestResult};
+use crate::libtest::TestResult;
 use crate::root;
 use crate::runner::BinaryRun;
+use crate::test_names::{TestCell, TestNames};
 
 /// Whether the working tree has changes git would show (the commit alone does not say what ran).
 pub(crate) fn git_dirty() -> bool {
@@ -36,14 +37,13 @@ pub(crate) fn git_commit() -> String {
         .map_or_else(|| "unknown".into(), |output| String::from_utf8_lossy(&output.stdout).trim().to_owned())
 }
 
-pub(crate) fn run_record(runs: &[BinaryRun], modules: &BTreeMap<String, &str>, digest: String) -> RunRecord {
+pub(crate) fn run_record(runs: &[BinaryRun], names: &TestNames, digest: String) -> RunRecord {
     let mut tallies: BTreeMap<(String, String), ConfigurationRun> = BTreeMap::new();
     let mut cells = Vec::new();
     for run in runs {
         for finished in &run.finished {
-            let Some((module, variant, number)) = libtest::cell_of(&finished.name) else { continue };
-            let Some(configuration) = modules.get(module) else { continue };
-            let cell = CellId::new(*configuration, number);
+            let Some(TestCell { cell, variant }) = names.cell(&finished.name) else { continue };
+            let configuration = &cell.configuration;
             let flaky = run.flakes.iter().any(|f| f.cell == cell && f.variant == variant);
             let result = match finished.result {
                 TestResult::Ok if flaky => ledger::CellRun::FLAKY,

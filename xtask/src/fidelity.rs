@@ -3,15 +3,14 @@
 //! renders `ledger/FIDELITY.md`. The main ledger (cells.tsv, runs.jsonl) is never touched: it is
 //! the reference implementation's, and its history must not mix in another emulator's verdicts.
 
-use std::collections::BTreeMap;
 use std::path::Path;
 
 use anyhow::Result;
 use ledger::{Behaviour, CellId, CellResult, Fidelity, Ledger, RunRecord, Verdict};
 
 use crate::brokers::Implementation;
-use crate::libtest;
 use crate::runner::{panic_message, BinaryRun};
+use crate::test_names::TestNames;
 
 pub const TABLE: &str = "fidelity.tsv";
 pub const RUNS: &str = "fidelity-runs.jsonl";
@@ -30,7 +29,7 @@ pub(crate) struct FidelityRun<'a> {
     pub implementation: Implementation,
     pub results: &'a [CellResult],
     pub runs: &'a [BinaryRun],
-    pub modules: &'a BTreeMap<String, &'a str>,
+    pub names: &'a TestNames,
     /// Configurations of the transport the implementation cannot carry: recorded as not run.
     pub not_run: Vec<&'a str>,
     pub behaviours: &'a [Behaviour],
@@ -66,11 +65,10 @@ impl FidelityRun<'_> {
 
     /// The panic message of the first failing variant of `cell`, as one line's worth.
     fn failure(&self, cell: &CellId) -> Option<String> {
-        self.runs.iter().flat_map(|run| &run.failures).find_map(|(test, text)| {
-            let (module, _, number) = libtest::cell_of(test)?;
-            let ours = self.modules.get(module) == Some(&cell.configuration.as_str()) && number == cell.behaviour;
-            ours.then(|| panic_message(text))
-        })
+        self.runs
+            .iter()
+            .flat_map(|run| &run.failures)
+            .find_map(|(test, text)| (self.names.cell(test)?.cell == *cell).then(|| panic_message(text)))
     }
 }
 

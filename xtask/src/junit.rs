@@ -5,16 +5,17 @@ use std::path::Path;
 
 use anyhow::{Context, Result};
 
-use crate::libtest::{self, TestResult};
+use crate::libtest::TestResult;
 use crate::runner::BinaryRun;
+use crate::test_names::{TestCell, TestNames};
 use quick_junit::{NonSuccessKind, Report, TestCase, TestCaseStatus, TestSuite};
 
-pub fn write(path: &Path, runs: &[BinaryRun], modules: &BTreeMap<String, &str>) -> Result<()> {
+pub fn write(path: &Path, runs: &[BinaryRun], names: &TestNames) -> Result<()> {
     let mut suites: BTreeMap<String, TestSuite> = BTreeMap::new();
     for run in runs {
         for finished in &run.finished {
-            let Some((module, variant, number)) = libtest::cell_of(&finished.name) else { continue };
-            let configuration = modules.get(module).copied().unwrap_or(module);
+            let Some(TestCell { cell, variant }) = names.cell(&finished.name) else { continue };
+            let (configuration, number) = (&cell.configuration, cell.behaviour);
             let status = match finished.result {
                 TestResult::Ok => TestCaseStatus::success(),
                 TestResult::Ignored => TestCaseStatus::skipped(),

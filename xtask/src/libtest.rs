@@ -25,14 +25,6 @@ pub fn is_summary_line(line: &str) -> bool {
     line.starts_with("test result: ")
 }
 
-/// A generated test's path, `<configuration module>::<variant>::<fr_n|dc_n>::<function>`, as its parts.
-pub fn cell_of(name: &str) -> Option<(&str, &str, ledger::Behaviour)> {
-    let mut parts = name.split("::");
-    let (module, variant, behaviour) = (parts.next()?, parts.next()?, parts.next()?);
-    parts.next()?;
-    Some((module, variant, ledger::Behaviour::from_module(behaviour)?))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -48,16 +40,5 @@ mod tests {
         assert_eq!(parse_result_line("running 24 tests"), None);
         assert_eq!(parse_result_line("test result: ok. 24 passed"), None);
         assert!(is_summary_line("test result: FAILED. 23 passed; 1 failed;"));
-    }
-
-    #[test]
-    fn generated_test_paths_name_their_cell() {
-        assert_eq!(
-            cell_of("sqs_fifo::proactor::fr_23::always_defers"),
-            Some(("sqs_fifo", "proactor", ledger::Behaviour::fr(23)))
-        );
-        assert_eq!(cell_of("kafka::reactor::dc_5::f"), Some(("kafka", "reactor", ledger::Behaviour::dc(5))));
-        assert_eq!(cell_of("bespoke::lease_lapse"), None);
-        assert_eq!(cell_of("a::reactor::fr_x::f"), None);
     }
 }

@@ -15,6 +15,7 @@ mod record;
 mod runner;
 mod selection;
 mod shard;
+mod test_names;
 mod workflows;
 
 use std::path::{Path, PathBuf};

@@ -15,6 +15,7 @@ use ledger::{CellId, Ledger, Status};
 
 use crate::libtest::{self, TestResult};
 use crate::selection::Selection;
+use crate::test_names::{TestCell, TestNames};
 
 /// One finished test of a generated binary.
 pub(crate) struct Finished {
@@ -268,7 +269,7 @@ pub(crate) fn run_all(
     run_with: RunWith,
     binaries: &[Built],
     selection: &Selection,
-    modules: &BTreeMap<String, &str>,
+    names: &TestNames,
     limits: Limits,
     ledger: Option<&Ledger>,
 ) -> Result<Vec<BinaryRun>> {
@@ -290,8 +291,8 @@ pub(crate) fn run_all(
         let missing: Vec<String> = selection
             .expected(transport)
             .into_iter()
-            .filter(|expected| !finished.iter().any(|f| expected.is(&f.name)))
-            .map(|t| format!("{}/{} ({})", modules.get(&t.module).copied().unwrap_or("?"), t.behaviour, t.variant))
+            .filter(|expected| !finished.iter().any(|f| names.cell(&f.name).as_ref() == Some(expected)))
+            .map(|test| format!("{} ({})", test.cell, test.variant))
             .collect();
         if !missing.is_empty() {
             bail!(
@@ -310,10 +311,9 @@ pub(crate) fn run_all(
                 .enumerate()
                 .filter(|(_, test)| test.result == TestResult::Failed)
                 .filter_map(|(index, test)| {
-                    let (module, variant, number) = libtest::cell_of(&test.name)?;
-                    let cell = CellId::new(*modules.get(module)?, number);
+                    let TestCell { cell, variant } = names.cell(&test.name)?;
                     let deferred = matches!(ledger.get(&cell), Some(Status::Deferred { .. }));
-                    (!deferred).then(|| (index, cell, variant.to_owned()))
+                    (!deferred).then_some((index, cell, variant))
                 })
                 .collect();
             if !suspects.is_empty() {

@@ -9,6 +9,8 @@ use generator::manifest::ConfigurationEntry;
 use generator::Manifest;
 use ledger::Behaviour;
 
+use crate::test_names::{TestCell, TestNames};
+
 /// The command line's choices, as given.
 #[derive(Debug, Default, Clone)]
 pub struct Asked {
@@ -26,14 +28,6 @@ pub struct Selection<'m> {
     pub configurations: Vec<&'m ConfigurationEntry>,
     pub behaviours: Vec<Behaviour>,
     pub variants: Vec<&'m str>,
-}
-
-/// One test that must report: `<module>::<variant>::fr_<n>::…`.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub struct ExpectedTest {
-    pub module: String,
-    pub variant: String,
-    pub behaviour: Behaviour,
 }
 
 fn unknown(flag: &str, value: &str, choices: &[&str]) -> anyhow::Error {
@@ -134,16 +128,12 @@ impl<'m> Selection<'m> {
     }
 
     /// Every test of `transport` that must report a result.
-    pub fn expected(&self, transport: &str) -> Vec<ExpectedTest> {
+    pub fn expected(&self, transport: &str) -> Vec<TestCell> {
         let mut expected = Vec::new();
         for configuration in self.configurations_of(transport) {
             for variant in &self.variants {
                 for behaviour in &self.behaviours {
-                    expected.push(ExpectedTest {
-                        module: configuration.module(),
-                        variant: (*variant).to_owned(),
-                        behaviour: *behaviour,
-                    });
+                    expected.push(TestCell::new(&configuration.name, *behaviour, variant));
                 }
             }
         }
@@ -153,7 +143,7 @@ impl<'m> Selection<'m> {
 
     /// libtest filters selecting exactly the expected tests of `transport`, or none (run every
     /// test) when the run is not narrowed within the transport.
-    pub fn filters(&self, manifest: &Manifest, transport: &str) -> Vec<String> {
+    pub fn filters(&self, manifest: &Manifest, names: &TestNames, transport: &str) -> Vec<String> {
         let whole = self.configurations_of(transport).len()
             == manifest.configurations.iter().filter(|c| c.transport == transport).count()
             && self.behaviours.len() == manifest.behaviours.len()
@@ -161,18 +151,7 @@ impl<'m> Selection<'m> {
         if whole {
             return Vec::new();
         }
-        self.expected(transport)
-            .iter()
-            .map(|t| format!("{}::{}::{}::", t.module, t.variant, t.behaviour.module()))
-            .collect()
-    }
-}
-
-impl ExpectedTest {
-    /// Whether the libtest test `name` is this one.
-    pub fn is(&self, name: &str) -> bool {
-        crate::libtest::cell_of(name)
-            .is_some_and(|(module, variant, n)| module == self.module && variant == self.variant && n == self.behaviour)
+        self.expected(transport).iter().map(|test| names.filter(test)).collect()
     }
 }
 
@@ -200,11 +179,8 @@ mod tests {
         let manifest = manifest();
         let selection = Selection::new(&manifest, &asked(&[], &["memory"], &["FR-23"], &["proactor"])).unwrap();
         assert_eq!(selection.transports.iter().map(|t| t.0).collect::<Vec<_>>(), ["memory"]);
-        assert_eq!(selection.filters(&manifest, "memory"), ["memory::proactor::fr_23::"]);
-        assert_eq!(
-            selection.expected("memory"),
-            [ExpectedTest { module: "memory".into(), variant: "proactor".into(), behaviour: Behaviour::fr(23) }]
-        );
+        assert_eq!(selection.filters(&manifest, &TestNames::new(&manifest), "memory"), ["memory::proactor::fr_23::"]);
+        assert_eq!(selection.expected("memory"), [TestCell::new("memory", Behaviour::fr(23), "proactor")]);
         assert!(!selection.every_variant(&manifest));
     }
 
@@ -212,7 +188,7 @@ mod tests {
     fn a_whole_transport_needs_no_filter_and_expects_every_cell_in_both_variants() {
         let manifest = manifest();
         let selection = Selection::new(&manifest, &asked(&["memory"], &[], &[], &[])).unwrap();
-        assert!(selection.filters(&manifest, "memory").is_empty());
+        assert!(selection.filters(&manifest, &TestNames::new(&manifest), "memory").is_empty());
         assert_eq!(selection.expected("memory").len(), manifest.behaviours.len() * 2);
         let all = Selection::new(&manifest, &asked(&["all"], &[], &[], &[])).unwrap();
         assert_eq!(all.configurations.len(), manifest.configurations.len());

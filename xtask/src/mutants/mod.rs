@@ -18,8 +18,9 @@ use ledger::Behaviour;
 
 use contract::BrokerSource;
 
-use crate::libtest::{self, TestResult};
+use crate::libtest::TestResult;
 use crate::root;
+use crate::test_names::{TestCell, TestNames};
 use crate::{build, conformance, evidence, runner};
 use catalogue::{Catalogue, Expectation};
 use matrix::{Outcome, Verdict};
@@ -83,8 +84,7 @@ fn measure(
         transports.iter().map(|t| t.name.as_str()).collect::<Vec<_>>().join(", ")
     );
     let executables = build(scratch, transports, label, brokers)?;
-    let modules: BTreeMap<String, &str> =
-        manifest.configurations.iter().map(|c| (c.module(), c.name.as_str())).collect();
+    let names = TestNames::new(manifest);
     let mut passes = CellPasses::new();
     for transport in transports {
         let executable = executables
@@ -105,9 +105,8 @@ fn measure(
             .with_context(|| format!("{label}: the {} cells did not complete", transport.name))?;
         eprintln!("mutants: {label}: {} ran in {:.1} s", transport.name, wall.as_secs_f64());
         for test in &finished {
-            let Some((module, _, number)) = libtest::cell_of(&test.name) else { continue };
-            let Some(configuration) = modules.get(module) else { continue };
-            let passed = passes.entry((configuration.to_string(), number)).or_insert(true);
+            let Some(TestCell { cell, .. }) = names.cell(&test.name) else { continue };
+            let passed = passes.entry((cell.configuration, cell.behaviour)).or_insert(true);
             *passed &= test.result == TestResult::Ok;
         }
     }
