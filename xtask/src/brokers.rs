@@ -47,23 +47,19 @@ pub fn installable() -> Vec<&'static str> {
 /// The broker implementations `--impl` names (the contract's, as the test binaries read them).
 pub use contract::Implementation;
 
-pub fn run(task: BrokersTask) -> Result<()> {
-    match task {
-        BrokersTask::Install { transports, implementation } => {
-            if let Some(implementation) = implementation {
-                let transport = implementation.transport();
-                if transports.iter().any(|t| t != transport) {
-                    bail!(
-                        "brokers install --impl {}: an implementation of {transport}; install it with `brokers install {transport} --impl {0}`",
-                        implementation.name()
-                    );
-                }
-            }
-            transports.iter().try_for_each(|transport| install_implementation(transport, implementation))
+/// `brokers install`: each of `transports`, as `implementation` when one is named (it must be
+/// an implementation of every transport named).
+pub fn install_all(transports: &[String], implementation: Option<Implementation>) -> Result<()> {
+    if let Some(implementation) = implementation {
+        let transport = implementation.transport();
+        if transports.iter().any(|t| t != transport) {
+            bail!(
+                "brokers install --impl {}: an implementation of {transport}; install it with `brokers install {transport} --impl {0}`",
+                implementation.name()
+            );
         }
-        // main.rs sends this one to `images` (which builds on this module, not the reverse).
-        BrokersTask::Images { .. } => unreachable!("main dispatches brokers images to images::build"),
     }
+    transports.iter().try_for_each(|transport| install_implementation(transport, implementation))
 }
 
 /// Installs `transport`'s local broker: `implementation` when it is one of that transport's,

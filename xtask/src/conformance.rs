@@ -134,14 +134,19 @@ pub fn run(args: &Args) -> Result<()> {
     // longer say.
     generator::generate(&root, generator::Mode::Check).context("generated/ must be fresh before a conformance run")?;
     let every_variant = selection.every_variant(&manifest);
-    let shard = match args.shard {
-        Some(spec) => Some(slice(spec, &ledger_dir, &mut selection, every_variant)?),
-        None => None,
+    let mode = match (args.repeat, second, args.shard) {
+        (rounds, _, _) if rounds > 1 => Mode::Repeat,
+        (_, Some(implementation), _) => Mode::Once(Verdicts::Fidelity(implementation)),
+        (_, _, Some(spec)) => Mode::Once(Verdicts::Shard(slice(spec, &ledger_dir, &mut selection, every_variant)?)),
+        _ if args.check => Mode::Once(Verdicts::Check),
+        _ => Mode::Once(Verdicts::Record),
     };
-    if let Some(shard) = shard.as_ref().filter(|_| selection.configurations.is_empty()) {
-        let path = shard.write(&[], None, args.out.as_deref().expect("clap: --shard requires --out"))?;
-        eprintln!("shard {}: its slice is empty (no configuration assigned); wrote {}", shard.spec, path.display());
-        return Ok(());
+    if let Mode::Once(Verdicts::Shard(shard)) = &mode {
+        if selection.configurations.is_empty() {
+            let path = shard.write(&[], None, args.out.as_deref().expect("clap: --shard requires --out"))?;
+            eprintln!("shard {}: its slice is empty (no configuration assigned); wrote {}", shard.spec, path.display());
+            return Ok(());
+        }
     }
 
     // Build everything first, so the progress count covers the whole matrix.
@@ -165,37 +170,40 @@ pub fn run(args: &Args) -> Result<()> {
     // What the cells are about to exercise: evidence is tied to these sources.
     let digest = ledger::source_digest(&root)?;
     let run_with = RunWith { brokers, second };
-    if args.repeat > 1 {
-        return repeat(&root, args, run_with, &binaries, &selection, &names, limits, &ledger);
-    }
+    let verdicts = match mode {
+        Mode::Repeat => return repeat(&root, args, run_with, &binaries, &selection, &names, limits, &ledger),
+        Mode::Once(verdicts) => verdicts,
+    };
     let runs = run_all(&root, run_with, &binaries, &selection, &names, limits, Some(&ledger))?;
     // Every binary completed: only now may the ledger (or the fidelity table) change.
     let (results, timings) = cell_results(&runs, &selection, &names);
     let record = run_record(&runs, &names, digest);
-    if let Some(implementation) = second {
-        let fidelity = crate::fidelity::FidelityRun {
-            ledger_dir: &ledger_dir,
-            implementation,
-            results: &results,
-            runs: &runs,
-            names: &names,
-            not_run: not_served(&manifest, implementation, &args.transports),
-            behaviours: &selection.behaviours,
-            ledger: &ledger,
-        };
-        fidelity.record(&record)?;
-        print_summary(&record, &ledger::UpdateReport::default(), &timings, &runs);
-        return Ok(());
-    }
-    let applied = match &shard {
-        None if args.check => crate::record::check(&ledger, &results, every_variant),
+    let applied = match &verdicts {
+        Verdicts::Fidelity(implementation) => {
+            let fidelity = crate::fidelity::FidelityRun {
+                ledger_dir: &ledger_dir,
+                implementation: *implementation,
+                results: &results,
+                runs: &runs,
+                names: &names,
+                not_run: not_served(&manifest, *implementation, &args.transports),
+                behaviours: &selection.behaviours,
+                ledger: &ledger,
+            };
+            fidelity.record(&record)?;
+            print_summary(&record, &ledger::UpdateReport::default(), &timings, &runs);
+            return Ok(());
+        }
+        Verdicts::Check => crate::record::check(&ledger, &results, every_variant),
         // A shard leaves the ledger alone; it says what the merge will find.
-        Some(shard) => {
+        Verdicts::Shard(shard) => {
             let path = shard.write(&results, Some(record.clone()), args.out.as_deref().expect("clap"))?;
             eprintln!("shard {}: wrote {} (apply with cargo xtask ledger merge)", shard.spec, path.display());
             crate::record::preview(&ledger, &results, every_variant)
         }
-        None => crate::record::apply(&root, &manifest, &ledger_dir, &mut ledger, &results, &record, every_variant)?,
+        Verdicts::Record => {
+            crate::record::apply(&root, &manifest, &ledger_dir, &mut ledger, &results, &record, every_variant)?
+        }
     };
     if let Some(path) = &args.junit {
         crate::junit::write(path, &runs, &names)?;
@@ -205,6 +213,27 @@ pub fn run(args: &Args) -> Result<()> {
         bail!("{}", applied.problems.join("\n"));
     }
     Ok(())
+}
+
+/// What a run does, resolved once from the flags (clap keeps apart the ones that exclude each
+/// other: --check, --shard, --repeat, --impl).
+enum Mode {
+    /// Run the selection N times and print each cell's pass rate; nothing written (`--repeat N`).
+    Repeat,
+    /// Run it once; its verdicts go where this says.
+    Once(Verdicts),
+}
+
+/// Where a single run's verdicts go.
+enum Verdicts {
+    /// Into the ledger (the default).
+    Record,
+    /// Compared with the ledger; nothing written (`--check`).
+    Check,
+    /// Into this slice's file for `ledger merge`, leaving the ledger alone (`--shard K/N`).
+    Shard(Slice),
+    /// A second implementation's, into the fidelity table, not the ledger (`--impl`).
+    Fidelity(Implementation),
 }
 
 /// Each selected cell's result over both variants, and its slowest variant's time.

@@ -129,7 +129,9 @@ fn main() -> ExitCode {
         Task::Mutants(args) => mutants::run(&args),
         Task::Ledger(task) => ledger_tasks::run(task),
         Task::Brokers(brokers::BrokersTask::Images { transports }) => images::build(&transports),
-        Task::Brokers(task) => brokers::run(task),
+        Task::Brokers(brokers::BrokersTask::Install { transports, implementation }) => {
+            brokers::install_all(&transports, implementation)
+        }
         Task::Test { brokers } => test(brokers),
         Task::LintWorkflows => workflows::run(),
     };
