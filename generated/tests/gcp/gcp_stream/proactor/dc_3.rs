@@ -13,7 +13,7 @@ fn competing_consumers_share_one_budget() {
         use gateway::rejection::keys;
         use gateway::BagValue;
         use providers::AlwaysDefers;
-        // Two pumps share one subscription and one budget: R dispatches in total, not 2 x R.
+        // Competing pumps share one subscription and one budget: R dispatches in total, not 2 x R.
         const R: i32 = 3;
         const DISPATCHES: u32 = R as u32;
         // This configuration's bounds (templates/manifest.yaml): lease 10000 ms, counter exact.
@@ -54,7 +54,7 @@ fn competing_consumers_share_one_budget() {
         );
         assert_eq!(copy.header.handled_count, R as u32, "the dead-letter copy is stamped R = {R}");
         assert_eq!(copy.header.bag.get(keys::REJECTION_REASON), Some(&BagValue::from("DeliveryError")));
-        // Exactly one copy is routed, by one of the two pumps.
+        // Exactly one copy is routed, by two pumps.
         cell.assert_dead_letter_empty(AT_ONCE).await;
         let stats = pump.stop().await.expect("the pump stops within its limit");
         let other = other.stop().await.expect("the second pump stops within its limit");

@@ -13,7 +13,7 @@ fn competing_consumers_share_one_budget() {
         use gateway::rejection::keys;
         use gateway::BagValue;
         use providers::AlwaysDefers;
-        // Two pumps share one subscription and one budget: R dispatches in total, not 2 x R.
+        // Competing pumps share one subscription and one budget: R dispatches in total, not 2 x R.
         const R: i32 = 3;
         const DISPATCHES: u32 = R as u32;
         // This configuration's bounds (templates/manifest.yaml): lease none (nothing lapses), counter republished.
@@ -45,18 +45,15 @@ fn competing_consumers_share_one_budget() {
             let dispatches = handler.dispatches(sent.id());
             assert!(
                 dispatches <= DISPATCHES,
-                "dispatched {dispatches} times by two pumps; one budget of R = {R} allows {DISPATCHES}"
+                "dispatched {dispatches} times by the one pump; one budget of R = {R} allows {DISPATCHES}"
             );
         });
         let dispatches = handler.dispatches(sent.id());
 
-        assert_eq!(
-            dispatches, DISPATCHES,
-            "dispatched {dispatches} times by two pumps; one budget fires on delivery R = {R} (counter: republished)"
-        );
+        assert_eq!(dispatches, DISPATCHES, "dispatched {dispatches} times by the one pump; one budget fires on delivery R = {R} (counter: republished)");
         assert_eq!(copy.header.handled_count, R as u32, "the dead-letter copy is stamped R = {R}");
         assert_eq!(copy.header.bag.get(keys::REJECTION_REASON), Some(&BagValue::from("DeliveryError")));
-        // Exactly one copy is routed, by one of the two pumps.
+        // Exactly one copy is routed, by the one pump.
         cell.assert_dead_letter_empty(AT_ONCE);
         let stats = pump.stop().expect("the pump stops within its limit");
         assert_eq!(stats.rejected, 1, "the one pump rejected the message once: {stats:?}");
