@@ -1,5 +1,6 @@
 //! Bespoke RabbitMQ tests outside the templates (ADR 0077, R-14): the measurement of the broker's
-//! delivery counter on both queue types (raw AMQP, then through the gateway's reader), a quorum
+//! delivery counter on both queue types (raw AMQP, then through the gateway's reader), the
+//! quorum release as the return every RabbitMQ version counts (seen on the wire), a quorum
 //! requeue with delay that keeps counting, the dead-letter copy keeping its stamp across
 //! dead-letter deliveries, and an unreadable message routed as Unacceptable.
 
@@ -7,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use gateway::rejection::{keys, Rejection};
-use gateway::transport::rabbitmq::lapin::options::{BasicGetOptions, BasicNackOptions};
+use gateway::transport::rabbitmq::lapin::options::{BasicGetOptions, BasicNackOptions, BasicRejectOptions};
 use gateway::transport::rabbitmq::lapin::{Connection, ConnectionProperties};
 use gateway::transport::rabbitmq::{
     AMQPValue, BasicProperties, RabbitMqConnection, RabbitMqSubscription, DELIVERY_COUNT_HEADER,
@@ -49,8 +50,9 @@ async fn get(channel: &gateway::transport::rabbitmq::lapin::Channel, queue: &str
     panic!("no message on {queue}");
 }
 
-/// Sends one message to `queue`, then reads it four times with raw AMQP, returning it each way a
-/// message comes back: nack(requeue), its channel closed unacked, its connection closed unacked.
+/// Sends one message to `queue`, then reads it five times with raw AMQP, returning it each way a
+/// message comes back: nack(requeue), reject(requeue), its channel closed unacked, its connection
+/// closed unacked.
 async fn measure(queue: &str) -> Vec<Seen> {
     connection().producer().send(&Message::new(queue, MessageType::Command, "measured")).await.unwrap();
     let mut seen = Vec::new();
@@ -59,6 +61,9 @@ async fn measure(queue: &str) -> Vec<Seen> {
     let (tag, delivery) = get(&channel, queue).await;
     seen.push(delivery);
     channel.basic_nack(tag, BasicNackOptions { multiple: false, requeue: true }).await.unwrap();
+    let (tag, delivery) = get(&channel, queue).await;
+    seen.push(delivery);
+    channel.basic_reject(tag, BasicRejectOptions { requeue: true }).await.unwrap();
     seen.push(get(&channel, queue).await.1);
     channel.close(200, "returning the message unacked".into()).await.unwrap();
     let channel = first.create_channel().await.unwrap();
@@ -74,8 +79,10 @@ async fn measure(queue: &str) -> Vec<Seen> {
 }
 
 /// The counter measurement (as RocketMQ's AC-23): a quorum queue's `x-delivery-count` reads 0, 1,
-/// 2, 3 on `basic.get` across a nack, a closed channel and a closed connection (the number of
-/// earlier deliveries, broker-supplied), so `rabbitmq-quorum`'s counter is exact; a classic
+/// 2, 3, 4 on `basic.get` across a nack, a reject, a closed channel and a closed connection (the
+/// number of earlier deliveries, broker-supplied; RabbitMQ 3.10.8, Debian 12's), so
+/// `rabbitmq-quorum`'s counter is exact. From RabbitMQ 4.3 the nack would not count (rabbitmq-server
+/// PR 15387: a return "without failure"), which is why the gateway returns with a reject. A classic
 /// queue's is absent on every delivery, so `rabbitmq` republishes. Then through the gateway: the
 /// quorum reader presents 0, 1, 2 across two nacks and a recreated channel.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -87,8 +94,8 @@ async fn the_quorum_counter_is_broker_supplied_and_the_classic_queue_has_none() 
     drop(classic(Subscription::new(format!("{queue}-sub"), &queue)).await);
     let classic_seen = measure(&queue).await;
     eprintln!("quorum (x-delivery-count, redelivered): {quorum_seen:?}; classic: {classic_seen:?}");
-    assert_eq!(quorum_seen, [(Some(0), false), (Some(1), true), (Some(2), true), (Some(3), true)]);
-    assert_eq!(classic_seen, [(None, false), (None, true), (None, true), (None, true)]);
+    assert_eq!(quorum_seen, [(Some(0), false), (Some(1), true), (Some(2), true), (Some(3), true), (Some(4), true)]);
+    assert_eq!(classic_seen, [(None, false), (None, true), (None, true), (None, true), (None, true)]);
 
     let queue = unique("quorum-presented");
     let subscription = Subscription::new(format!("{queue}-sub"), &queue).with_requeue_count(3);
@@ -107,6 +114,91 @@ async fn the_quorum_counter_is_broker_supplied_and_the_classic_queue_has_none() 
     presented.push(third.header.handled_count);
     recreated.acknowledge(&third).await.unwrap();
     assert_eq!(presented, [0, 1, 2]);
+}
+
+/// The AMQP 0-9-1 methods a client sent, as (class id, method id) in order.
+type Methods = Arc<std::sync::Mutex<Vec<(u16, u16)>>>;
+/// `basic.reject` and `basic.nack` (class 60, methods 90 and 120).
+const BASIC_REJECT: (u16, u16) = (60, 90);
+const BASIC_NACK: (u16, u16) = (60, 120);
+
+/// A loopback TCP proxy in front of the broker that records each method frame its clients send,
+/// and the broker URL that goes through it. RabbitMQ 3.10.8 counts a nack as it counts a reject,
+/// so only the wire shows which return the gateway made.
+async fn recording_proxy() -> (String, Methods) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let url = providers::rabbitmq::url();
+    let (credentials, rest) = url.rsplit_once('@').expect("the broker URL names user@host:port");
+    let (broker, vhost) = rest.split_once('/').unwrap_or((rest, ""));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let proxied = format!("{credentials}@{}/{vhost}", listener.local_addr().unwrap());
+    let methods = Methods::default();
+    let (recorded, broker) = (methods.clone(), broker.to_owned());
+    tokio::spawn(async move {
+        while let Ok((client, _)) = listener.accept().await {
+            let upstream = tokio::net::TcpStream::connect(&broker).await.unwrap();
+            let (mut from_client, mut to_client) = client.into_split();
+            let (mut from_broker, mut to_broker) = upstream.into_split();
+            tokio::spawn(async move { tokio::io::copy(&mut from_broker, &mut to_client).await });
+            let recorded = recorded.clone();
+            tokio::spawn(async move {
+                // The protocol header, then frames: type (1 = method), channel (2), size (4),
+                // the payload (a method's starts with its class and method ids), 0xCE.
+                let mut protocol = [0u8; 8];
+                from_client.read_exact(&mut protocol).await?;
+                to_broker.write_all(&protocol).await?;
+                loop {
+                    let mut head = [0u8; 7];
+                    from_client.read_exact(&mut head).await?;
+                    let size = u32::from_be_bytes([head[3], head[4], head[5], head[6]]) as usize;
+                    let mut rest = vec![0u8; size + 1];
+                    from_client.read_exact(&mut rest).await?;
+                    if head[0] == 1 && size >= 4 {
+                        let ids = (u16::from_be_bytes([rest[0], rest[1]]), u16::from_be_bytes([rest[2], rest[3]]));
+                        recorded.lock().unwrap().push(ids);
+                    }
+                    to_broker.write_all(&head).await?;
+                    to_broker.write_all(&rest).await?;
+                }
+                #[allow(unreachable_code)]
+                Ok::<(), std::io::Error>(())
+            });
+        }
+    });
+    (proxied, methods)
+}
+
+/// The gateway returns a quorum delivery (nack, zero-delay requeue) with `basic.reject(requeue)`,
+/// the return RabbitMQ counts on every version: from 4.3 a `basic.nack(requeue)` no longer grows
+/// `x-delivery-count` (rabbitmq-server PR 15387), so a budget on that count would never fire.
+/// Seen on the wire, since the broker here (3.10.8) counts both; the count still grows 0, 1, 2.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_quorum_release_is_the_return_every_version_counts() {
+    let (url, methods) = recording_proxy().await;
+    let gateway = RabbitMqConnection::connect(&url).await.unwrap();
+    let queue = unique("quorum-release");
+    let subscription = Subscription::new(format!("{queue}-sub"), &queue).with_requeue_count(3);
+    let consumer = gateway.channel(&RabbitMqSubscription::quorum(subscription, None)).await.unwrap();
+    let sent = Message::new(&queue, MessageType::Command, "released");
+    connection().producer().send(&sent).await.unwrap();
+    let first = receive(&*consumer, sent.id(), Duration::from_secs(10)).await.expect("delivery 1");
+    consumer.nack(&first).await.unwrap();
+    let second = receive(&*consumer, sent.id(), Duration::from_secs(10)).await.expect("delivery 2");
+    consumer.requeue(&second, Duration::ZERO).await.unwrap();
+    let third = receive(&*consumer, sent.id(), Duration::from_secs(10)).await.expect("delivery 3");
+    consumer.acknowledge(&third).await.unwrap();
+    let counts = [first.header.handled_count, second.header.handled_count, third.header.handled_count];
+    assert_eq!(counts, [0, 1, 2], "the broker counted both returns");
+    let sent_methods = methods.lock().unwrap().clone();
+    let returns: Vec<&str> = sent_methods
+        .iter()
+        .filter_map(|ids| match *ids {
+            BASIC_REJECT => Some("basic.reject"),
+            BASIC_NACK => Some("basic.nack"),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(returns, ["basic.reject", "basic.reject"], "the nack and the requeue each return with basic.reject");
 }
 
 /// A publisher-set `x-delivery-count` passes through on a first delivery (measured); the reader

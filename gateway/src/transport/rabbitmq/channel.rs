@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use lapin::message::Delivery;
-use lapin::options::{BasicAckOptions, BasicGetOptions, BasicNackOptions};
+use lapin::options::{BasicAckOptions, BasicGetOptions, BasicRejectOptions};
 use lapin::types::{AMQPValue, FieldTable, ShortString};
 
 use super::producer::Publisher;
@@ -96,7 +96,10 @@ pub fn read_delivery(
 #[derive(Debug, Clone, Copy)]
 enum Settle {
     Acknowledge,
-    /// `basic.nack(requeue=true)`: back on the queue (counted by a quorum queue).
+    /// `basic.reject(requeue=true)`: back on the queue, counted by a quorum queue on every
+    /// version. Not `basic.nack(requeue=true)`: from RabbitMQ 4.3 a nack is a return "without
+    /// failure" that `x-delivery-count` no longer counts (rabbitmq-server PR 15387), so a budget
+    /// on that count would never fire.
     Return,
 }
 
@@ -170,9 +173,7 @@ impl RabbitMqChannel {
             .call(async move {
                 match how {
                     Settle::Acknowledge => channel.basic_ack(tag, BasicAckOptions::default()).await,
-                    Settle::Return => {
-                        channel.basic_nack(tag, BasicNackOptions { multiple: false, requeue: true }).await
-                    }
+                    Settle::Return => channel.basic_reject(tag, BasicRejectOptions { requeue: true }).await,
                 }
             })
             .await
@@ -247,7 +248,7 @@ impl Channel for RabbitMqChannel {
     }
 
     /// Classic: republish the copy (through the delay queue of `delay`), then acknowledge.
-    /// Quorum: `basic.nack(requeue=true)` at zero delay (the broker counts it); with a delay, the
+    /// Quorum: `basic.reject(requeue=true)` at zero delay (the broker counts it); with a delay, the
     /// copy goes through the delay queue carrying the deliveries so far, since it comes back to
     /// the quorum queue as a new message whose broker count starts again.
     async fn requeue(&self, message: &Message, delay: Duration) -> Result<(), ChannelError> {
@@ -258,7 +259,7 @@ impl Channel for RabbitMqChannel {
         }
     }
 
-    /// `basic.nack(requeue=true)`: the message as it was published (classic), or counted by the
+    /// `basic.reject(requeue=true)`: the message as it was published (classic), or counted by the
     /// broker (quorum).
     async fn nack(&self, message: &Message) -> Result<(), ChannelError> {
         self.settle(message, Settle::Return, "nack").await

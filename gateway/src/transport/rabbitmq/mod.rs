@@ -3,16 +3,18 @@
 //! * A **classic** queue has no delivery counter (measured: `x-delivery-count` is absent on every
 //!   delivery, only `redelivered` flips). It conforms as the in-memory transport does, by
 //!   republishing: a requeue publishes a copy carrying the handled count as the pump left it and
-//!   acknowledges the original; a nack is `basic.nack(requeue=true)`, which puts back the message
-//!   as it was published (the count the channel presented).
+//!   acknowledges the original; a nack is `basic.reject(requeue=true)`, which puts back the
+//!   message as it was published (the count the channel presented).
 //! * A **quorum** queue counts returns: `x-delivery-count` is the number of earlier deliveries
 //!   (absent or 0 on a first delivery, then 1, 2, 3 whether the message came back through a nack,
 //!   a reject or a lost consumer; providers/tests/rabbitmq.rs measures it). The broker's delivery
 //!   number is that count + 1, and the reader resolves the handled count with it through
 //!   `delivery_count::resolve`. A count the publisher set passes through on a first delivery, so
 //!   the count is read only on a delivery the broker marks `redelivered`. Requeue and nack are
-//!   `basic.nack(requeue=true)`: the broker counts them. `x-delivery-limit` is the native redrive
-//!   limit M reported to the budget.
+//!   `basic.reject(requeue=true)`, the return every version counts: RabbitMQ 4.3 stopped counting
+//!   `basic.nack(requeue=true)` (a return "without failure", rabbitmq-server PR 15387) while a
+//!   reject and a closed channel still count. `x-delivery-limit` is the native redrive limit M
+//!   reported to the budget.
 //!
 //! A delayed requeue or send goes through a delay queue: a queue with a queue-level
 //! `x-message-ttl` and no consumer, dead-lettering expired messages back to the work queue. One
