@@ -112,6 +112,9 @@ pub const LOAD_MARGIN_MS: u64 = 1_500;
 /// The most a cell's lease can have run before the test calls requeue or nack (the broker
 /// starts it before the client sees the message).
 pub const LEASE_SKEW_MS: u64 = 1_000;
+/// The longest timing the manifest accepts, a day: longer is a typo, and the bounds' arithmetic
+/// stays far from overflowing.
+pub const MAX_TIMING_MS: u64 = 86_400_000;
 /// FR-2's requeue delay exceeds the at-once bound by at least this, in whole seconds (brokers
 /// count delays in seconds).
 pub const DELAY_MARGIN_MS: u64 = 500;
@@ -120,6 +123,19 @@ impl ConfigurationEntry {
     /// The bounds of this configuration's cells. A lease too short to tell a requeue from a lapse
     /// is an error: a cell whose "at once" reaches past the lease proves nothing.
     pub fn bounds(&self) -> Result<Bounds, String> {
+        let timings = [
+            ("redelivery_ms", Some(self.redelivery_ms)),
+            ("lease_ms", self.lease_ms),
+            ("latest_lapse_ms", self.latest_lapse_ms),
+        ];
+        if let Some((field, Some(value))) =
+            timings.into_iter().find(|(_, value)| value.is_some_and(|v| v > MAX_TIMING_MS))
+        {
+            return Err(format!(
+                "configuration {:?}: {field} {value} is over a day ({MAX_TIMING_MS} ms), no broker's timing; a typo?",
+                self.name
+            ));
+        }
         let at_once_ms = self.redelivery_ms * LATENCY_FACTOR + LOAD_MARGIN_MS;
         let latest_lapse = self.latest_lapse_ms.or(self.lease_ms).unwrap_or(0);
         let delay_ms = (at_once_ms + DELAY_MARGIN_MS).div_ceil(1_000) * 1_000;
@@ -423,6 +439,19 @@ configurations:
         let manifest = parse(VALID).unwrap();
         let bounds = manifest.configurations[0].bounds().unwrap();
         assert_eq!(bounds, Bounds { at_once_ms: 2_500, settle_ms: 10_500, delay_ms: 3_000 });
+    }
+
+    #[test]
+    fn an_absurd_timing_is_an_error_naming_its_line_never_a_panic() {
+        let error = error_of(&VALID.replace("lease_ms: 8000", "lease_ms: 18446744073709551615"));
+        assert!(
+            error.starts_with(
+                "templates/manifest.yaml:8: configuration \"sqs-fifo\": lease_ms 18446744073709551615 is over a day"
+            ),
+            "{error}"
+        );
+        let error = error_of(&VALID.replace("redelivery_ms: ", "redelivery_ms: 9999999999999999999 #"));
+        assert!(error.contains("redelivery_ms 9999999999999999999 is over a day"), "{error}");
     }
 
     #[test]
