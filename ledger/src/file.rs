@@ -83,6 +83,12 @@ impl Ledger {
 
     /// Writes the ledger to `path` atomically (see [`write_atomically`]).
     pub fn save(&self, path: &Path) -> Result<(), LedgerError> {
+        write_atomically(path, &self.text_for(path)?)
+    }
+
+    /// The text [`Ledger::save`] writes to `path`, for a caller that writes it together with
+    /// other files ([`write_together`]).
+    pub fn text_for(&self, path: &Path) -> Result<String, LedgerError> {
         // Cells added through `ensure_cells`/`apply` are not validated on the
         // way in; refuse here rather than write a file the next load rejects.
         for cell in self.cells.keys() {
@@ -92,8 +98,37 @@ impl Ledger {
                 problem,
             })?;
         }
-        write_atomically(path, &self.to_text())
+        Ok(self.to_text())
     }
+}
+
+/// Writes several files as one change: every text first goes to a temporary file beside its
+/// target (any failure there, or a target that is a directory, changes nothing), then each is
+/// renamed over its target. A rename within one directory does not fail once its temporary
+/// exists, so the files end all old or all new.
+pub fn write_together(files: &[(&Path, &str)]) -> Result<(), LedgerError> {
+    let mut staged = Vec::new();
+    for (path, text) in files {
+        let write_error = |error| LedgerError::Write { path: path.to_path_buf(), error };
+        if path.is_dir() {
+            return Err(write_error(std::io::Error::other("a directory is in the way of the file")));
+        }
+        let dir = match path.parent() {
+            Some(dir) if !dir.as_os_str().is_empty() => dir,
+            _ => Path::new("."),
+        };
+        let mut temp = NamedTempFile::new_in(dir).map_err(write_error)?;
+        temp.write_all(text.as_bytes()).map_err(write_error)?;
+        if let Some(permissions) = permissions_for(path) {
+            fs::set_permissions(temp.path(), permissions).map_err(write_error)?;
+        }
+        temp.as_file().sync_all().map_err(write_error)?;
+        staged.push((temp, *path));
+    }
+    for (temp, path) in staged {
+        temp.persist(path).map_err(|e| LedgerError::Write { path: path.to_path_buf(), error: e.error })?;
+    }
+    Ok(())
 }
 
 /// Writes `text` to `path` atomically: the text goes to a temporary file in
@@ -180,6 +215,22 @@ fn non_empty(status: &'static str, field: &'static str, value: &str) -> Result<S
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn files_written_together_change_all_or_none() {
+        let dir = tempfile::tempdir().unwrap();
+        let (cells, runs) = (dir.path().join("cells.tsv"), dir.path().join("runs.jsonl"));
+        fs::write(&cells, "old cells\n").unwrap();
+        fs::create_dir(&runs).unwrap();
+        let error = write_together(&[(&cells, "new cells\n"), (&runs, "new runs\n")]).unwrap_err();
+        assert!(error.to_string().contains("runs.jsonl"), "{error}");
+        assert_eq!(fs::read_to_string(&cells).unwrap(), "old cells\n", "nothing changed when one target failed");
+        assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 2, "no temporary file left behind");
+        fs::remove_dir(&runs).unwrap();
+        write_together(&[(&cells, "new cells\n"), (&runs, "new runs\n")]).unwrap();
+        assert_eq!(fs::read_to_string(&cells).unwrap(), "new cells\n");
+        assert_eq!(fs::read_to_string(&runs).unwrap(), "new runs\n");
+    }
     use crate::Behaviour;
 
     const SAMPLE: &str = "\

@@ -34,8 +34,8 @@ pub use digest::source_digest;
 pub use error::{LedgerError, ParseProblem};
 pub use fidelity::{Fidelity, FidelityRow, Verdict};
 pub use runs::{
-    append_run, check_runs, now_rfc3339, parse_runs, read_runs, BrokerProvenance, CellRun, ConfigurationRun, Flake,
-    RunRecord,
+    append_run, check_runs, now_rfc3339, parse_runs, read_runs, with_run_appended, BrokerProvenance, CellRun,
+    ConfigurationRun, Flake, RunRecord,
 };
 pub use status::{Status, StatusCounts};
 pub use update::{CellResult, Transition, UpdateReport, VariantResult};

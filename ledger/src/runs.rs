@@ -140,6 +140,23 @@ pub fn append_run(path: &Path, record: &RunRecord) -> Result<(), LedgerError> {
     file.write_all(line.as_bytes()).map_err(write_error)
 }
 
+/// The text of the run log at `path` (none yet: empty) with `record` appended as its last line,
+/// for a caller that writes it together with the ledger ([`crate::file::write_together`]).
+/// Refuses a torn last line as [`append_run`] does.
+pub fn with_run_appended(path: &Path, record: &RunRecord) -> Result<String, LedgerError> {
+    let mut text = match fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Err(error) => return Err(LedgerError::Read { path: path.to_owned(), error }),
+    };
+    if !text.is_empty() && !text.ends_with('\n') {
+        return Err(torn(path, &text));
+    }
+    text.push_str(&serde_json::to_string(record).expect("a RunRecord always serializes"));
+    text.push('\n');
+    Ok(text)
+}
+
 /// Whether the file is empty or its last byte is '\n'.
 fn ends_with_line_end(file: &mut File) -> std::io::Result<bool> {
     let length = file.metadata()?.len();

@@ -130,6 +130,7 @@ pub fn run(args: &Args) -> Result<()> {
     };
     let mut selection = Selection::new(&manifest, &asked)?;
     let names = TestNames::new(&manifest);
+    preflight(args, &ledger_dir)?;
     // The binaries are built from generated/: stale code would test what the templates no
     // longer say.
     generator::generate(&root, generator::Mode::Check).context("generated/ must be fresh before a conformance run")?;
@@ -178,6 +179,10 @@ pub fn run(args: &Args) -> Result<()> {
     // Every binary completed: only now may the ledger (or the fidelity table) change.
     let (results, timings) = cell_results(&runs, &selection, &names);
     let record = run_record(&runs, &names, digest);
+    // Outputs first, the ledger last: an output that cannot be written leaves the ledger as it was.
+    if let (Some(path), false) = (&args.junit, matches!(verdicts, Verdicts::Fidelity(_))) {
+        crate::junit::write(path, &runs, &names)?;
+    }
     let applied = match &verdicts {
         Verdicts::Fidelity(implementation) => {
             let fidelity = crate::fidelity::FidelityRun {
@@ -205,12 +210,36 @@ pub fn run(args: &Args) -> Result<()> {
             crate::record::apply(&root, &manifest, &ledger_dir, &mut ledger, &results, &record, every_variant)?
         }
     };
-    if let Some(path) = &args.junit {
-        crate::junit::write(path, &runs, &names)?;
-    }
     print_summary(&record, &applied.report, &timings, &runs);
     if !applied.problems.is_empty() {
         bail!("{}", applied.problems.join("\n"));
+    }
+    Ok(())
+}
+
+/// Every file a run will write, checked before the build: a run log that cannot take a record
+/// (torn, malformed), or an output that cannot be written, is found before the cells run,
+/// never after the ledger changed.
+fn preflight(args: &Args, ledger_dir: &Path) -> Result<()> {
+    let runs = ledger_dir.join("runs.jsonl");
+    if runs.exists() {
+        ledger::read_runs(&runs)?;
+    }
+    let writable = |flag: &str, dir: &Path| {
+        tempfile::NamedTempFile::new_in(dir).map(drop).with_context(|| {
+            format!("{flag}: cannot write into {}; give a folder that exists and is writable", dir.display())
+        })
+    };
+    if let Some(path) = &args.junit {
+        if path.is_dir() {
+            bail!("--junit {}: a folder; give the path of the XML file to write", path.display());
+        }
+        let parent = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        writable("--junit", parent)?;
+    }
+    if let Some(out) = &args.out {
+        std::fs::create_dir_all(out).with_context(|| format!("--out {}: cannot create the folder", out.display()))?;
+        writable("--out", out)?;
     }
     Ok(())
 }

@@ -39,5 +39,6 @@ pub fn write(path: &Path, runs: &[BinaryRun], names: &TestNames) -> Result<()> {
     let mut report = Report::new("conformance");
     report.add_test_suites(suites.into_values());
     let xml = report.to_string().context("rendering JUnit XML")?;
-    std::fs::write(path, xml).with_context(|| format!("writing {}", path.display()))
+    // Atomically: a report cut short by an interrupt would read as a different run.
+    ledger::file::write_atomically(path, &xml).with_context(|| format!("writing {}", path.display()))
 }

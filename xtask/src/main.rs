@@ -6,6 +6,7 @@ mod conformance;
 mod evidence;
 mod fidelity;
 mod images;
+mod interrupts;
 mod junit;
 mod ledger_diff;
 mod ledger_tasks;

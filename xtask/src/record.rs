@@ -31,8 +31,13 @@ pub(crate) fn apply(
     every_variant: bool,
 ) -> Result<Applied> {
     let report = ledger.apply(results);
-    ledger.save(&ledger_dir.join("cells.tsv"))?;
-    ledger::append_run(&ledger_dir.join("runs.jsonl"), record)?;
+    let (cells_path, runs_path) = (ledger_dir.join("cells.tsv"), ledger_dir.join("runs.jsonl"));
+    // The statuses and the run record that is their evidence change together or not at all, and
+    // an interrupt waits until the pages are rendered from them too.
+    let cells = ledger.text_for(&cells_path)?;
+    let runs = ledger::with_run_appended(&runs_path, record)?;
+    let _interrupts_wait = crate::interrupts::Deferred::begin();
+    ledger::file::write_together(&[(&cells_path, &cells), (&runs_path, &runs)])?;
     if ledger_dir == root.join("ledger") {
         generator::generate(root, generator::Mode::Write)?;
     } else {

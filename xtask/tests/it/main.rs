@@ -389,3 +389,33 @@ fn a_bad_shard_is_refused_naming_the_valid_form() {
     assert!(!output.status.success());
     assert!(stderr.contains("--out <DIR>"), "--shard needs --out: {stderr}");
 }
+
+/// A run's outputs are checked before the build: each case below fails at once, naming the
+/// place, with every ledger file as it was (a run that failed only after the cells would have
+/// changed the ledger and then lost its report, or recorded the run twice on the retry).
+#[test]
+fn an_output_that_cannot_be_written_stops_the_run_before_the_build_and_leaves_the_ledger() {
+    let ledger = scratch_ledger();
+    let torn = "{\"date\":\"2026-12-02T00:00:00Z\"";
+    std::fs::write(ledger.path().join("runs.jsonl"), torn).unwrap();
+    let before = ledger_files(ledger.path());
+    let output = conformance_with(ledger.path(), &[]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success() && stderr.contains("runs.jsonl"), "{stderr}");
+    assert!(!stderr.contains("building the conformance tests"), "found after the build: {stderr}");
+    assert_eq!(ledger_files(ledger.path()), before, "a torn run log leaves the ledger as it was");
+
+    let ledger = scratch_ledger();
+    let before = ledger_files(ledger.path());
+    let missing = ledger.path().join("no-such-folder/report.xml");
+    let output = conformance_with(ledger.path(), &["--junit", missing.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success() && stderr.contains("--junit: cannot write into"), "{stderr}");
+    assert!(!stderr.contains("building the conformance tests"), "found after the build: {stderr}");
+    assert_eq!(ledger_files(ledger.path()), before, "an unwritable report leaves the ledger as it was");
+
+    let output = conformance_with(ledger.path(), &["--junit", ledger.path().to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success() && stderr.contains("a folder; give the path of the XML file"), "{stderr}");
+    assert_eq!(ledger_files(ledger.path()), before);
+}
