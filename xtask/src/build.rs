@@ -47,9 +47,12 @@ pub(crate) enum Features {
     /// The union of the selected transports' features (with testcontainers unless the broker
     /// source rules containers out): the least to compile, for a run on its own.
     Selected,
-    /// Every feature, as the README's test command (`cargo xtask test`) builds the generated
-    /// crate: a run after it reuses its artifacts instead of recompiling the workspace for
-    /// another feature set (5 to 6 minutes on two cores per set).
+    /// Every feature of every workspace package, as the README's test command (`cargo xtask
+    /// test`) builds: a run after it reuses its artifacts. The whole workspace is selected, not
+    /// only the generated crate, because cargo enables a dependency's features per selection:
+    /// `-p generated` alone leaves out those xtask's tests enable (proc-macro2's span locations
+    /// among them), so every proc macro and all that depends on one compiled again, about 6
+    /// minutes on two cores.
     All,
 }
 
@@ -65,6 +68,45 @@ impl Features {
     }
 }
 
+/// A build that did not compile, with the files its errors are in (as cargo names them,
+/// relative to the workspace), so a mutation run can tell which switched patches broke it.
+#[derive(Debug)]
+pub(crate) struct BuildFailed {
+    workspace: PathBuf,
+    status: std::process::ExitStatus,
+    pub files: std::collections::BTreeSet<String>,
+}
+
+impl std::fmt::Display for BuildFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "building the conformance tests in {} failed ({})", self.workspace.display(), self.status)
+    }
+}
+
+impl std::error::Error for BuildFailed {}
+
+/// The files named by the error diagnostics of cargo's JSON messages.
+fn error_files(messages: &str) -> std::collections::BTreeSet<String> {
+    messages
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|message| message["reason"] == "compiler-message" && message["message"]["level"] == "error")
+        .flat_map(|message| {
+            let spans = message["message"]["spans"].as_array().cloned().unwrap_or_default();
+            spans.into_iter().filter_map(|span| span["file_name"].as_str().map(str::to_owned))
+        })
+        .collect()
+}
+
+/// Whether a build lints the workspace's crates as the caller's environment says (`.ci/run` sets
+/// clippy's driver as cargo's workspace wrapper, with warnings denied), or lets no lint fail it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Lints {
+    AsCalled,
+    /// A mutant's scratch copy: a catalogued defect may well leave a warning behind.
+    Off,
+}
+
 /// Builds the test binaries of `transports` (name, feature) from the workspace at `workspace`
 /// (into `target_dir` when given, else cargo's default), in one cargo call, so the workspace
 /// crates compile once for the whole run instead of once per transport's feature set.
@@ -74,17 +116,24 @@ pub(crate) fn build_test_binaries(
     transports: &[(&str, &str)],
     brokers: BrokerSource,
     features: Features,
+    lints: Lints,
 ) -> Result<BTreeMap<String, PathBuf>> {
     let mut command = cargo();
-    command.current_dir(workspace).args(["test", "--package", "generated"]);
+    command.current_dir(workspace).arg("test");
     if let Some(target_dir) = target_dir {
         command.env("CARGO_TARGET_DIR", target_dir);
     }
+    if lints == Lints::Off {
+        // Capped rather than the driver removed: build scripts (proc-macro2's among them) rerun
+        // when the wrapper changes, and every proc macro would compile again.
+        command.env("CLIPPY_ARGS", "--cap-lints=allow");
+    }
     match features {
         Features::All => {
-            command.arg("--all-features");
+            command.args(["--workspace", "--all-features"]);
         }
         Features::Selected => {
+            command.args(["--package", "generated"]);
             let mut selected: Vec<&str> = transports.iter().map(|(_, feature)| *feature).collect();
             if transports.iter().any(|(transport, _)| *transport != "memory") && brokers.may_use_containers() {
                 selected.push("containers");
@@ -96,18 +145,34 @@ pub(crate) fn build_test_binaries(
         command.args(["--test", transport]);
     }
     let output = command
-        .args(["--no-run", "--message-format=json-render-diagnostics"])
+        // Diagnostics in the JSON (rendered below), so a failed build names its files.
+        .args(["--no-run", "--message-format=json"])
         .stderr(Stdio::inherit())
         .output()
         .context("cannot run cargo")?;
-    if !output.status.success() {
-        bail!("building the conformance tests in {} failed ({})", workspace.display(), output.status);
+    let messages = String::from_utf8_lossy(&output.stdout);
+    for line in messages.lines() {
+        let Ok(message) = serde_json::from_str::<serde_json::Value>(line) else { continue };
+        if let (true, Some(rendered)) =
+            (message["reason"] == "compiler-message", message["message"]["rendered"].as_str())
+        {
+            eprint!("{rendered}");
+        }
     }
+    if !output.status.success() {
+        let files = error_files(&messages);
+        return Err(BuildFailed { workspace: workspace.to_path_buf(), status: output.status, files }.into());
+    }
+    // Another package may have a test of the same name (providers' bespoke broker tests).
+    let manifest = workspace.join("generated").join("Cargo.toml");
     let mut executables = BTreeMap::new();
-    for line in String::from_utf8_lossy(&output.stdout).lines() {
+    for line in messages.lines() {
         let Ok(message) = serde_json::from_str::<serde_json::Value>(line) else { continue };
         let name = message["target"]["name"].as_str().unwrap_or_default();
-        if let (true, Some(executable)) = (message["reason"] == "compiler-artifact", message["executable"].as_str()) {
+        let generated = message["manifest_path"].as_str().is_some_and(|path| Path::new(path) == manifest);
+        if let (true, true, Some(executable)) =
+            (message["reason"] == "compiler-artifact", generated, message["executable"].as_str())
+        {
             executables.insert(name.to_owned(), PathBuf::from(executable));
         }
     }

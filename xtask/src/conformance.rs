@@ -12,7 +12,7 @@ use anyhow::{bail, Context, Result};
 use generator::Manifest;
 use ledger::{CellId, CellResult, Ledger, RunRecord, Status, VariantResult};
 
-use crate::build::{build_test_binaries, Features};
+use crate::build::{build_test_binaries, Features, Lints};
 use crate::evidence::{git_commit, run_record};
 use crate::libtest::TestResult;
 use crate::root;
@@ -159,8 +159,14 @@ pub fn run(args: &Args) -> Result<()> {
     }
     let transports: Vec<&str> = selection.transports.iter().map(|(transport, _)| *transport).collect();
     eprintln!("building the conformance tests of {}", transports.join(", "));
-    let mut executables =
-        build_test_binaries(&root, None, &selection.transports, brokers, Features::for_run(&selection.transports))?;
+    let mut executables = build_test_binaries(
+        &root,
+        None,
+        &selection.transports,
+        brokers,
+        Features::for_run(&selection.transports),
+        Lints::AsCalled,
+    )?;
     let mut binaries = Vec::new();
     for (transport, _) in &selection.transports {
         let executable = executables.remove(*transport).expect("build_test_binaries checks every transport");

@@ -66,6 +66,7 @@ fn build(
         &selected,
         brokers,
         build::Features::Selected,
+        build::Lints::Off,
     )
     .with_context(|| format!("{label}: the scratch workspace does not build; a mutant must compile"))
 }
