@@ -85,7 +85,14 @@ pub(crate) struct BinaryCall<'a> {
     /// libtest filters (a test runs when any matches); empty runs every test.
     pub filters: Vec<String>,
     pub limits: Limits,
+    /// The mutant a schemata build switches on (`cargo xtask mutants`); none runs healthy code.
+    pub mutant: Option<&'a str>,
 }
+
+/// The variable that tells a mutation run's test binary which catalogued defect to switch on
+/// (mutants::schemata writes the switches into the scratch copy; the project's sources read it
+/// nowhere). Always set, so a value left in the shell cannot switch one on elsewhere.
+pub(crate) const MUTANT_VARIABLE: &str = "CONFORMANCE_MUTANT";
 
 /// The time limits of a run.
 #[derive(Debug, Clone, Copy)]
@@ -120,6 +127,7 @@ pub(crate) fn run_binary(call: &BinaryCall, done: &mut usize, total: usize) -> R
             (reference.variable(), chosen.unwrap_or(reference).name())
         }))
         .env(CELL_TIMEOUT_VARIABLE, call.limits.cell.as_secs().to_string())
+        .env(MUTANT_VARIABLE, call.mutant.unwrap_or_default())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -285,6 +293,7 @@ pub(crate) fn run_all(
             executable,
             filters,
             limits,
+            mutant: None,
         };
         let BinaryOutcome { mut finished, mut failures, wall, broker } =
             run_binary(&call(filters.clone()), &mut done, total)?;

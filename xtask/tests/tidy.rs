@@ -85,6 +85,31 @@ fn the_gateway_depends_on_no_harness_crate() {
     assert!(found.is_empty(), "gateway/Cargo.toml names harness crates: {found:?}");
 }
 
+/// Mutant switches (xtask's mutants::schemata) are written into the mutation run's scratch copy
+/// only: no source a build of the project compiles reads the switch, so no defect can be turned
+/// on outside a mutation run.
+#[test]
+fn the_project_sources_carry_no_mutant_switch() {
+    let mut pending: Vec<PathBuf> =
+        ["contract", "gateway", "ledger", "generator", "providers", "generated", "templates"]
+            .map(|f| root().join(f))
+            .into();
+    let mut files = Vec::new();
+    while let Some(path) = pending.pop() {
+        if path.is_dir() {
+            pending.extend(std::fs::read_dir(&path).unwrap().flatten().map(|entry| entry.path()));
+        } else {
+            files.push(path);
+        }
+    }
+    let found: Vec<String> = files
+        .into_iter()
+        .filter(|path| std::fs::read_to_string(path).unwrap_or_default().contains("CONFORMANCE_MUTANT"))
+        .map(|path| relative(&path))
+        .collect();
+    assert!(found.is_empty(), "these sources read the mutant switch: {found:?}");
+}
+
 #[test]
 fn every_generated_file_carries_its_header() {
     let mut files = rust_files(&root().join("generated"));

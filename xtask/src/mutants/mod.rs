@@ -1,11 +1,13 @@
 //! `cargo xtask mutants`: apply each catalogued contract defect, alone, to a scratch copy of the
 //! workspace, run the chosen transports' conformance cells against it, and check that every cell
-//! the catalogue names turns red. The healthy copy runs first: only a cell that passes healthy
-//! can count as a kill. The kill matrix goes to `ledger/mutants.tsv` and `ledger/MUTANTS.md`; a
+//! the catalogue names turns red. Defects are compiled into one build behind switches
+//! (`schemata`), each switched on alone for its run; one that cannot be switched is built alone.
+//! The healthy code runs first: only a cell that passes healthy can count as a kill. The kill matrix goes to `ledger/mutants.tsv` and `ledger/MUTANTS.md`; a
 //! defect that survives where the catalogue gives no reason fails the run.
 
 mod catalogue;
 mod matrix;
+mod schemata;
 mod scratch;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -24,6 +26,7 @@ use crate::test_names::{TestCell, TestNames};
 use crate::{build, conformance, evidence, runner};
 use catalogue::{Catalogue, Expectation};
 use matrix::{Outcome, Verdict};
+use schemata::Schemata;
 use scratch::Scratch;
 
 #[derive(clap::Args)]
@@ -49,17 +52,19 @@ struct Transport {
     configurations: Vec<String>,
 }
 
-/// Builds every selected transport's test binary in the scratch copy, in one cargo call, into
-/// the project's target folder (the scratch copy is a workspace of its own path).
-fn build(
-    scratch: &Scratch,
-    transports: &[&Transport],
-    label: &str,
-    brokers: BrokerSource,
-) -> Result<BTreeMap<String, PathBuf>> {
+/// Every selected transport's test binary, by transport.
+type Executables = BTreeMap<String, PathBuf>;
+
+/// Builds every selected transport's test binary in the scratch copy as it is now, in one cargo
+/// call, into the project's target folder (the scratch copy is a workspace of its own path).
+fn build(scratch: &Scratch, transports: &[&Transport], label: &str, brokers: BrokerSource) -> Result<Executables> {
+    eprintln!(
+        "mutants: {label}: building {}",
+        transports.iter().map(|t| t.name.as_str()).collect::<Vec<_>>().join(", ")
+    );
     let selected: Vec<(&str, &str)> = transports.iter().map(|t| (t.name.as_str(), t.feature.as_str())).collect();
     // The selected features only: the scratch copy is a workspace of its own path, so nothing of
-    // the README's build is reused, and every mutant recompiles what its features pull in.
+    // the README's build is reused but the dependencies.
     build::build_test_binaries(
         &scratch.root,
         Some(&root().join("target")),
@@ -71,20 +76,58 @@ fn build(
     .with_context(|| format!("{label}: the scratch workspace does not build; a mutant must compile"))
 }
 
-/// Runs the transports' cells on the scratch copy as it is now.
-fn measure(
-    scratch: &Scratch,
+/// Builds the scratch copy with every switchable mutant of `mutants` behind its switch. A
+/// switch that does not compile sends the mutants switched in the files the errors name (all of
+/// them when the errors name none) to builds of their own, and the rest is built again.
+fn build_schemata(
+    root: &Path,
+    scratch: &mut Scratch,
+    mutants: &[&catalogue::Mutant],
     transports: &[&Transport],
-    manifest: &Manifest,
     brokers: BrokerSource,
+) -> Result<(Schemata, Executables)> {
+    let mut excluded = BTreeMap::new();
+    loop {
+        let schemata = schemata::render(root, mutants, &excluded)?;
+        scratch.apply(&schemata.files)?;
+        let error = match build(scratch, transports, "schemata", brokers) {
+            Ok(executables) => return Ok((schemata, executables)),
+            Err(error) => error,
+        };
+        let failed = match error.downcast_ref::<build::BuildFailed>() {
+            Some(failed) if !schemata.switched.is_empty() => failed,
+            _ => return Err(error),
+        };
+        let in_error =
+            |files: &BTreeSet<String>| files.iter().any(|f| failed.files.iter().any(|e| e.ends_with(f.as_str())));
+        let mut broken: Vec<&String> =
+            schemata.switched.iter().filter(|(_, files)| in_error(files)).map(|(id, _)| id).collect();
+        if broken.is_empty() {
+            broken = schemata.switched.keys().collect();
+        }
+        for id in broken {
+            excluded.insert(id.clone(), "its switch did not compile".to_owned());
+        }
+    }
+}
+
+/// What every measurement of one mutation run shares.
+struct Bench<'a> {
+    scratch: &'a Scratch,
+    manifest: &'a Manifest,
+    brokers: BrokerSource,
+}
+
+/// Runs the transports' cells on `executables`, with `mutant` switched on (none: healthy code).
+fn measure(
+    bench: &Bench,
+    transports: &[&Transport],
+    executables: &Executables,
     label: &str,
     limits: runner::Limits,
+    mutant: Option<&str>,
 ) -> Result<CellPasses> {
-    eprintln!(
-        "mutants: {label}: building {}",
-        transports.iter().map(|t| t.name.as_str()).collect::<Vec<_>>().join(", ")
-    );
-    let executables = build(scratch, transports, label, brokers)?;
+    let Bench { scratch, manifest, brokers } = *bench;
     let names = TestNames::new(manifest);
     let mut passes = CellPasses::new();
     for transport in transports {
@@ -101,6 +144,7 @@ fn measure(
             executable,
             filters: Vec::new(),
             limits,
+            mutant,
         };
         let runner::BinaryOutcome { finished, wall, .. } = runner::run_binary(&call, &mut 0, total)
             .with_context(|| format!("{label}: the {} cells did not complete", transport.name))?;
@@ -190,7 +234,16 @@ pub fn run(args: &Args) -> Result<()> {
 
     let names: Vec<&str> = chosen.iter().map(|t| t.name.as_str()).collect();
     let mut scratch = Scratch::sync(&root, &names)?;
-    let healthy = measure(&scratch, &chosen, &manifest, args.brokers, "healthy", runner::Limits::DEFAULT)?;
+    let (schemata, executables) = build_schemata(&root, &mut scratch, &selected, &chosen, args.brokers)?;
+    eprintln!("mutants: {} mutant(s) switched into one build", schemata.switched.len());
+    for (id, why) in &schemata.separate {
+        eprintln!("mutants: {id} is built alone: {why}");
+    }
+    // The switched mutants first: a build of its own replaces the schemata's binaries.
+    let mut selected = selected;
+    selected.sort_by_key(|mutant| !schemata.switched.contains_key(&mutant.id));
+    let bench = Bench { scratch: &scratch, manifest: &manifest, brokers: args.brokers };
+    let healthy = measure(&bench, &chosen, &executables, "healthy", runner::Limits::DEFAULT, None)?;
     let commit = evidence::git_commit();
     let results_path = root.join(matrix::RESULTS);
     let mut results = matrix::load(&results_path)?;
@@ -206,8 +259,16 @@ pub fn run(args: &Args) -> Result<()> {
             continue;
         }
         let mutant_started = Instant::now();
-        scratch.apply(&mutant.patched(&root)?)?;
-        let passes = measure(&scratch, &touched, &manifest, args.brokers, &mutant.id, mutant.limits())?;
+        let (id, limits) = (mutant.id.as_str(), mutant.limits());
+        let passes = if schemata.switched.contains_key(id) {
+            let bench = Bench { scratch: &scratch, manifest: &manifest, brokers: args.brokers };
+            measure(&bench, &touched, &executables, id, limits, Some(id))?
+        } else {
+            scratch.apply(&mutant.patched(&root)?)?;
+            let alone = build(&scratch, &touched, id, args.brokers)?;
+            let bench = Bench { scratch: &scratch, manifest: &manifest, brokers: args.brokers };
+            measure(&bench, &touched, &alone, id, limits, None)?
+        };
         for transport in &touched {
             for configuration in &transport.configurations {
                 let was_green = |n: &Behaviour| healthy.get(&(configuration.clone(), *n)) == Some(&true);
