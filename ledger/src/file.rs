@@ -136,20 +136,7 @@ pub fn write_together(files: &[(&Path, &str)]) -> Result<(), LedgerError> {
 /// crash) sees either the old file or the new one. Every file the ledger
 /// crate's callers write (cells, rendered pages) goes through here.
 pub fn write_atomically(path: &Path, text: &str) -> Result<(), LedgerError> {
-    let write_error = |error| LedgerError::Write { path: path.to_owned(), error };
-    let dir = match path.parent() {
-        Some(dir) if !dir.as_os_str().is_empty() => dir,
-        _ => Path::new("."),
-    };
-    // On any error below, dropping `temp` deletes the temporary file.
-    let mut temp = NamedTempFile::new_in(dir).map_err(write_error)?;
-    temp.write_all(text.as_bytes()).map_err(write_error)?;
-    if let Some(permissions) = permissions_for(path) {
-        fs::set_permissions(temp.path(), permissions).map_err(write_error)?;
-    }
-    temp.as_file().sync_all().map_err(write_error)?;
-    temp.persist(path).map_err(|e| write_error(e.error))?;
-    Ok(())
+    write_together(&[(path, text)])
 }
 
 /// The permissions the saved file should have. Temporary files are created
