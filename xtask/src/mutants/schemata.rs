@@ -110,7 +110,10 @@ fn switch(file: &str, at: usize, find: &str, replace: &str, id: &str, arm: &str)
         let new = &replace[p..replace.len() - s];
         let before = &file[..at + p];
         let after = &file[at + find.len() - s..];
-        let fits = || !takes_a_block(before) && ((is_value(old) && is_value(new)) || expression_fits(before, after));
+        let fits = || {
+            !takes_a_block(before)
+                && ((is_value(old) && is_value(new) && starts_apart(before)) || expression_fits(before, after))
+        };
         let middle = if is_expression(old) && is_expression(new) && fits() {
             format!("(if {} {{ {arm} }} else {{ {old} }})", on(id))
         } else if is_statements(old, true) && is_statements(new, false) && statement_fits(before) {
@@ -207,6 +210,12 @@ fn expression_fits(before: &str, after: &str) -> bool {
     (opens || keyword || assignment || closure) && closes
 }
 
+/// Whether what follows `before` starts an expression of its own: after a name, a closing
+/// bracket, a `?`, a `.` or a `!`, a `(` would call or index what came before.
+fn starts_apart(before: &str) -> bool {
+    !before.trim_end().ends_with(|c: char| c.is_alphanumeric() || "_)]?.!>".contains(c))
+}
+
 /// Whether a keyword the text ends in takes a block, never a parenthesised expression.
 fn takes_a_block(before: &str) -> bool {
     let before = before.trim_end();
@@ -272,6 +281,13 @@ mod tests {
             out.contains(&format!("if {ON} {{\nlet _ = m;\n}} else {{\nsettle(m)?;\n    publish(m);\n}}\n")),
             "{out}"
         );
+    }
+
+    #[test]
+    fn an_argument_list_is_never_switched_apart_from_its_function() {
+        let file = "async fn f() { let r = insert(t, q)\n    .await\n    .map_err(e); }";
+        let out = switched(file, "insert(t, q)\n    .await", "insert(t, q).await.and(insert(t, q).await)").unwrap();
+        assert!(out.contains(&format!("= (if {ON} {{ insert(t, q).await.and(insert(t, q).await) }} else {{ insert(t, q)\n    .await }})\n    .map_err(e)")), "{out}");
     }
 
     /// The project's catalogue renders to files that still parse as Rust, every mutant either
