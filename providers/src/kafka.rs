@@ -44,7 +44,9 @@ fn start_local() -> Result<LocalProcess, LocalError> {
             install: "cargo xtask brokers install kafka",
         });
     }
-    let (port, controller) = (local::free_loopback_port(), local::free_loopback_port());
+    let mut ports = local::FreePorts::default();
+    let (port, controller) = (ports.pick(&[]), ports.pick(&[]));
+    drop(ports);
     let work = install.join("run").join(port.to_string());
     let mut command = Command::new("java");
     command

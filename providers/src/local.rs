@@ -20,9 +20,41 @@ pub fn install_dir(transport: &str) -> PathBuf {
     workspace_root().join(".brokers").join(transport)
 }
 
+/// One free loopback port; a broker that needs several picks them with one [`FreePorts`].
 pub fn free_loopback_port() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("no free loopback port");
-    listener.local_addr().expect("bound").port()
+    FreePorts::default().pick(&[])
+}
+
+/// Free loopback ports that are also distinct: each picked port stays bound until this value is
+/// dropped (just before the broker that needs them starts), so no pick can return a port an
+/// earlier one took. Released between picks, the kernel handed a port out again: a RocketMQ
+/// broker was given its own name server's port and never started (CI, run folder 32923; about 1
+/// in 10,000 back-to-back picks here return the same port).
+#[derive(Default)]
+pub struct FreePorts {
+    held: Vec<TcpListener>,
+}
+
+impl FreePorts {
+    /// A free port `p` whose `p + offset` is free too for every offset in `neighbours` (ports a
+    /// broker derives from the one it is given); all of them are held from here on.
+    pub fn pick(&mut self, neighbours: &[i32]) -> u16 {
+        let bind = |port: u16| TcpListener::bind(("127.0.0.1", port));
+        loop {
+            let listener = bind(0).expect("no free loopback port");
+            let port = listener.local_addr().expect("bound").port();
+            let around: Option<Vec<TcpListener>> = neighbours
+                .iter()
+                .map(|offset| u16::try_from(i32::from(port) + offset).ok().filter(|p| *p != 0))
+                .map(|neighbour| neighbour.and_then(|n| bind(n).ok()))
+                .collect();
+            if let Some(around) = around {
+                self.held.push(listener);
+                self.held.extend(around);
+                return port;
+            }
+        }
+    }
 }
 
 /// A running broker process. Dropping the stdin it holds (at process exit) stops it.
@@ -44,8 +76,10 @@ pub enum LocalError {
     Spawn { name: &'static str, transport: &'static str, error: std::io::Error },
     #[error("{name} is not installed ({} is missing); run `{install}` first", .missing.display())]
     NotInstalled { name: &'static str, missing: PathBuf, install: &'static str },
-    #[error("{name} did not report ready within {ceiling:?}; its output:\n{}", .output.join("\n"))]
-    NotReady { name: &'static str, ceiling: Duration, output: Vec<String> },
+    #[error("{name} did not report ready within {ceiling:?}; its last lines:\n{}", .last.join("\n"))]
+    NotReady { name: &'static str, ceiling: Duration, last: Vec<String> },
+    #[error("{name} exited ({status}) before it was ready; its last lines:\n{}", .last.join("\n"))]
+    ExitedStarting { name: &'static str, status: String, last: Vec<String> },
     #[error("{name} exited ({status}) while the tests ran; its last lines:\n{}", .last.join("\n"))]
     Died { name: &'static str, status: String, last: Vec<String> },
 }
@@ -80,12 +114,22 @@ pub fn start(
             let _ = lines.send(line);
         }
     });
-    let mut output = Vec::new();
+    let last_lines =
+        |last: &Mutex<VecDeque<String>>| last.lock().unwrap_or_else(|p| p.into_inner()).iter().cloned().collect();
+    let deadline = std::time::Instant::now() + ceiling;
     loop {
-        match received.recv_timeout(ceiling) {
+        match received.recv_timeout(deadline.saturating_duration_since(std::time::Instant::now())) {
             Ok(line) if line.starts_with(ready) => break,
-            Ok(line) => output.push(line),
-            Err(_) => return Err(LocalError::NotReady { name, ceiling, output }),
+            Ok(_) => {}
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                return Err(LocalError::NotReady { name, ceiling, last: last_lines(&last) });
+            }
+            // Its stdout closed before the ready line: it exited while starting (a port taken,
+            // a bad configuration); its status and last lines say which, never a time-out.
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                let status = child.wait().map_or_else(|e| e.to_string(), |s| s.to_string());
+                return Err(LocalError::ExitedStarting { name, status, last: last_lines(&last) });
+            }
         }
     }
     let stdin = child.stdin.take().expect("piped");
@@ -94,8 +138,7 @@ pub fn start(
     std::thread::spawn(move || {
         let status = child.wait().map_or_else(|e| e.to_string(), |s| s.to_string());
         std::thread::sleep(Duration::from_millis(100)); // its last lines reach the reader
-        let last = last.lock().unwrap_or_else(|p| p.into_inner()).iter().cloned().collect();
-        crate::broker::fatal(transport, &LocalError::Died { name, status, last });
+        crate::broker::fatal(transport, &LocalError::Died { name, status, last: last_lines(&last) });
     });
     Ok(LocalProcess { name, port, pid, _stdin: stdin })
 }
@@ -111,6 +154,41 @@ mod tests {
         let message = error.to_string();
         assert!(message.starts_with("cannot start moto ("), "{message}");
         assert!(message.ends_with("); run `cargo xtask brokers install sqs` first"), "{message}");
+    }
+
+    #[test]
+    fn picked_ports_are_distinct_and_held_with_their_neighbours_until_dropped() {
+        let mut ports = FreePorts::default();
+        let picked: Vec<u16> = (0..50).map(|_| ports.pick(&[])).collect();
+        let mut distinct = picked.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        assert_eq!(distinct.len(), picked.len(), "{picked:?}");
+        let broker = ports.pick(&[-2, 1]);
+        for port in [broker - 2, broker, broker + 1] {
+            assert!(TcpListener::bind(("127.0.0.1", port)).is_err(), "{port} is held");
+        }
+        drop(ports);
+        assert!(TcpListener::bind(("127.0.0.1", broker - 2)).is_ok(), "released with the picker");
+    }
+
+    #[test]
+    fn a_broker_that_exits_while_starting_says_so_with_its_status_and_last_lines() {
+        let mut command = Command::new("sh");
+        command.args(["-c", "echo loading; echo bind failed; exit 3"]);
+        let error = start("rocketmq", "rocketmq", command, 1, "ready", Duration::from_secs(30)).err().expect("exits");
+        assert_eq!(
+            error.to_string(),
+            "rocketmq exited (exit status: 3) before it was ready; its last lines:\nloading\nbind failed"
+        );
+    }
+
+    #[test]
+    fn a_broker_that_never_says_ready_is_reported_at_the_ceiling_with_its_last_lines() {
+        let mut command = Command::new("sh");
+        command.args(["-c", "echo loading; exec sleep 5"]);
+        let error = start("kafka", "kafka", command, 1, "ready", Duration::from_millis(300)).err().expect("times out");
+        assert_eq!(error.to_string(), "kafka did not report ready within 300ms; its last lines:\nloading");
     }
 
     #[test]

@@ -35,16 +35,13 @@ struct Broker {
     _running: Running,
 }
 
-/// A free loopback port `p` with `p + 1 ..= p + 11` free too (the node's distribution port, and
-/// the CLI tools' distribution ports should anyone run them against the node).
-fn free_node_ports() -> (u16, u16) {
-    let free = |port: u16| std::net::TcpListener::bind(("127.0.0.1", port)).is_ok();
-    loop {
-        let port = local::free_loopback_port();
-        if port < u16::MAX - 12 && (1..=11).all(|offset| free(port + offset)) {
-            return (port, port + 1);
-        }
-    }
+/// The node's AMQP port `p` with `p + 1 ..= p + 11` free too (the node's distribution port, and
+/// the CLI tools' distribution ports should anyone run them against the node), and epmd's port:
+/// (AMQP, distribution, epmd), all distinct.
+fn free_node_ports() -> (u16, u16, u16) {
+    let mut ports = local::FreePorts::default();
+    let amqp = ports.pick(&(1..=11).collect::<Vec<_>>());
+    (amqp, amqp + 1, ports.pick(&[]))
 }
 
 /// The project-owned node: the launcher prints `ready <host:port>` once it accepts AMQP. A
@@ -55,8 +52,7 @@ fn start_local() -> Result<LocalProcess, LocalError> {
         let install = "cargo xtask brokers install rabbitmq";
         return Err(LocalError::NotInstalled { name: "rabbitmq", missing: binary.to_path_buf(), install });
     }
-    let (amqp, dist) = free_node_ports();
-    let epmd = local::free_loopback_port();
+    let (amqp, dist, epmd) = free_node_ports();
     let work = local::install_dir("rabbitmq").join("run").join(amqp.to_string());
     let mut command = Command::new("bash");
     command

@@ -29,22 +29,17 @@ struct Broker {
     _running: Running,
 }
 
-/// A free loopback port `p` for the broker with `p - 2` (its fast channel) and `p + 1` (its HA
-/// port) free too.
-pub(crate) fn free_broker_port() -> u16 {
-    let free = |port: u16| std::net::TcpListener::bind(("127.0.0.1", port)).is_ok();
-    loop {
-        let port = local::free_loopback_port();
-        if port > 2 && port < u16::MAX && free(port - 2) && free(port + 1) {
-            return port;
-        }
-    }
+/// The name server's port and the broker's, `p`, with `p - 2` (its fast channel) and `p + 1`
+/// (its HA port) free too: four distinct ports.
+pub(crate) fn free_ports() -> (u16, u16) {
+    let mut ports = local::FreePorts::default();
+    (ports.pick(&[]), ports.pick(&[-2, 1]))
 }
 
 /// The local broker; its process's port is the name server's, the address clients start from.
 fn start_launcher() -> Result<LocalProcess, LocalError> {
     let install = local::install_dir("rocketmq");
-    let (name_server_port, broker_port) = (local::free_loopback_port(), free_broker_port());
+    let (name_server_port, broker_port) = free_ports();
     let work = install.join("run").join(broker_port.to_string());
     let mut command = Command::new("java");
     command
@@ -71,7 +66,7 @@ fn start_rocketmq_rust() -> Result<LocalProcess, LocalError> {
         let install = Implementation::RocketMqRust.install_command();
         return Err(LocalError::NotInstalled { name: "rocketmq-rust", missing: binary, install });
     }
-    let (name_server_port, broker_port) = (local::free_loopback_port(), free_broker_port());
+    let (name_server_port, broker_port) = free_ports();
     let mut command = Command::new("bash");
     command
         .arg(local::workspace_root().join("providers/brokers/rocketmq-rust/launcher.sh"))
@@ -194,7 +189,7 @@ pub fn container(image: &ImageRef) -> Result<crate::broker::BrokerContainer, cra
     use crate::containers::{on_runtime, start, Reach};
     use testcontainers_modules::testcontainers::ImageExt;
     use testcontainers_modules::testcontainers::{core::WaitFor, GenericImage};
-    let (name_server, broker) = (crate::local::free_loopback_port(), free_broker_port());
+    let (name_server, broker) = free_ports();
     let request = GenericImage::new(&image.name, &image.tag)
         .with_wait_for(WaitFor::message_on_stdout("rocketmq ready"))
         .with_cmd([name_server.to_string(), broker.to_string()]);
