@@ -25,36 +25,55 @@ pub fn free_loopback_port() -> u16 {
     FreePorts::default().pick(&[])
 }
 
-/// Free loopback ports that are also distinct: each picked port stays bound until this value is
-/// dropped (just before the broker that needs them starts), so no pick can return a port an
-/// earlier one took. Released between picks, the kernel handed a port out again: a RocketMQ
-/// broker was given its own name server's port and never started (CI, run folder 32923; about 1
-/// in 10,000 back-to-back picks here return the same port).
+/// Free loopback ports that are also distinct, and outside the kernel's ephemeral range. Each
+/// picked port stays bound until this value is dropped (just before the broker that needs them
+/// starts), so no pick can return a port an earlier one took: released between picks, the kernel
+/// handed one out again (a RocketMQ broker was given its own name server's port, CI, run folder
+/// 32923). And the kernel gives an outgoing connection a port of its ephemeral range, so a port
+/// picked there can be taken by any connection in the seconds before the broker binds it: with
+/// the transports' binaries running at once, RocketMQ's HA port was (`BindException` in
+/// `DefaultHAService`). Below that range only an explicit bind takes a port.
 #[derive(Default)]
 pub struct FreePorts {
     held: Vec<TcpListener>,
 }
 
 impl FreePorts {
+    /// The lowest port picked: above the registered ports services commonly use.
+    const FLOOR: u16 = 12_000;
+
     /// A free port `p` whose `p + offset` is free too for every offset in `neighbours` (ports a
     /// broker derives from the one it is given); all of them are held from here on.
     pub fn pick(&mut self, neighbours: &[i32]) -> u16 {
-        let bind = |port: u16| TcpListener::bind(("127.0.0.1", port));
+        let ceiling = ephemeral_floor().max(Self::FLOOR + 1_000);
+        let bind = |port: i32| u16::try_from(port).ok().and_then(|port| TcpListener::bind(("127.0.0.1", port)).ok());
         loop {
-            let listener = bind(0).expect("no free loopback port");
-            let port = listener.local_addr().expect("bound").port();
-            let around: Option<Vec<TcpListener>> = neighbours
-                .iter()
-                .map(|offset| u16::try_from(i32::from(port) + offset).ok().filter(|p| *p != 0))
-                .map(|neighbour| neighbour.and_then(|n| bind(n).ok()))
-                .collect();
+            let candidate = i32::from(Self::FLOOR) + (random() % u64::from(ceiling - Self::FLOOR)) as i32;
+            let Some(listener) = bind(candidate) else { continue };
+            let around: Option<Vec<TcpListener>> = neighbours.iter().map(|offset| bind(candidate + offset)).collect();
             if let Some(around) = around {
                 self.held.push(listener);
                 self.held.extend(around);
-                return port;
+                return candidate as u16;
             }
         }
     }
+}
+
+/// The first port of the kernel's ephemeral range (`ip_local_port_range`; Linux's default 32768).
+fn ephemeral_floor() -> u16 {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse().ok())
+        .unwrap_or(32_768)
+}
+
+/// A random number from std's per-process random hash keys (no random crate for one use).
+fn random() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos()));
+    hasher.finish()
 }
 
 /// A running broker process. Dropping the stdin it holds (at process exit) stops it.
@@ -164,6 +183,7 @@ mod tests {
         distinct.sort_unstable();
         distinct.dedup();
         assert_eq!(distinct.len(), picked.len(), "{picked:?}");
+        assert!(picked.iter().all(|p| (FreePorts::FLOOR..ephemeral_floor()).contains(p)), "{picked:?}");
         let broker = ports.pick(&[-2, 1]);
         for port in [broker - 2, broker, broker + 1] {
             assert!(TcpListener::bind(("127.0.0.1", port)).is_err(), "{port} is held");

@@ -203,9 +203,28 @@ fn resolve(
     }
 }
 
-/// A local process that does not come up panics (naming it and the install command).
+/// How many times a local broker that exits while starting is started, each on fresh ports.
+const LOCAL_STARTS: u32 = 3;
+
+/// A local process that does not come up panics (naming it and the install command). One that
+/// exits while starting is started again on fresh ports, up to [`LOCAL_STARTS`] times: its ports
+/// are picked free, but another process may bind one before it does (it then says so on stderr,
+/// as the `Address already in use` of its bind), and each retry is printed.
 fn start_local(definition: &Definition, auto_declined: Option<AutoDeclined>) -> Result<(Running, Served), SourceError> {
-    let process = (definition.local)()?;
+    let mut attempt = 1;
+    let process = loop {
+        match (definition.local)() {
+            Err(error @ crate::local::LocalError::ExitedStarting { .. }) if attempt < LOCAL_STARTS => {
+                eprintln!(
+                    "{}: {error}\nstarting it again on other ports ({} of {LOCAL_STARTS})",
+                    definition.transport,
+                    attempt + 1
+                );
+                attempt += 1;
+            }
+            result => break result?,
+        }
+    };
     let served = Served {
         implementation: process.name.to_string(),
         endpoint: format!("127.0.0.1:{}", process.port),
@@ -287,6 +306,44 @@ fn containers_usable(_: &Definition) -> Result<(), AutoDeclined> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A broker that exits while starting on its first two starts (as one whose port another
+    /// process bound first), then comes up.
+    fn exits_twice_then_starts() -> Result<LocalProcess, LocalError> {
+        static STARTS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let mut command = std::process::Command::new("sh");
+        match STARTS.fetch_add(1, std::sync::atomic::Ordering::SeqCst) {
+            0 | 1 => command.args(["-c", "echo java.net.BindException: Address already in use; exit 255"]),
+            _ => command.args(["-c", "echo ready; exec cat >/dev/null"]),
+        };
+        crate::local::start("fake", "fake", command, 1, "ready", Duration::from_secs(10))
+    }
+
+    fn exits_always() -> Result<LocalProcess, LocalError> {
+        let mut command = std::process::Command::new("sh");
+        command.args(["-c", "echo misconfigured; exit 1"]);
+        crate::local::start("fake", "fake", command, 1, "ready", Duration::from_secs(10))
+    }
+
+    fn fake(local: fn() -> Result<LocalProcess, LocalError>) -> Definition {
+        Definition {
+            transport: "fake",
+            endpoint_variable: "FAKE_ENDPOINT",
+            image: ImageRef { name: "fake".into(), tag: "1".into(), variable: "FAKE_IMAGE" },
+            #[cfg(feature = "containers")]
+            container: None,
+            local,
+        }
+    }
+
+    #[test]
+    fn a_local_broker_that_exits_while_starting_is_started_again_up_to_three_times() {
+        let (running, served) = start_local(&fake(exits_twice_then_starts), None).expect("up on the third start");
+        assert_eq!(served.implementation, "fake");
+        drop(running);
+        let error = start_local(&fake(exits_always), None).err().expect("three exits are an error").to_string();
+        assert!(error.contains("fake exited (exit status: 1) before it was ready"), "{error}");
+    }
 
     #[test]
     fn a_source_error_names_the_variable_and_the_valid_choices() {
