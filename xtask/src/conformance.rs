@@ -172,8 +172,11 @@ pub fn run(args: &Args) -> Result<()> {
         let executable = executables.remove(*transport).expect("build_test_binaries checks every transport");
         binaries.push((*transport, executable, selection.filters(&manifest, &names, transport)));
     }
-    let limits =
-        Limits { binary: Duration::from_secs(args.binary_timeout), cell: Duration::from_secs(args.cell_timeout) };
+    let limits = Limits {
+        binary: Duration::from_secs(args.binary_timeout),
+        cell: Duration::from_secs(args.cell_timeout),
+        at_once: 1,
+    };
     // What the cells are about to exercise: evidence is tied to these sources.
     let digest = ledger::source_digest(&root)?;
     let run_with = RunWith { brokers, second };

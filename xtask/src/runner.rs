@@ -7,6 +7,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -101,16 +103,36 @@ pub(crate) struct Limits {
     pub binary: Duration,
     /// A cell fails after this long (providers::ceiling, told through its variable).
     pub cell: Duration,
+    /// How many test binaries (each with its own broker) run at the same time.
+    pub at_once: usize,
 }
 
 impl Limits {
     /// The defaults of `--binary-timeout` and `--cell-timeout`, for callers with no flags for
     /// them (the mutation run).
-    pub(crate) const DEFAULT: Limits = Limits { binary: Duration::from_secs(1200), cell: Duration::from_secs(300) };
+    pub(crate) const DEFAULT: Limits =
+        Limits { binary: Duration::from_secs(1200), cell: Duration::from_secs(300), at_once: 1 };
+}
+
+/// The `[done/total]` count of a run's progress lines, shared by the binaries that run at once.
+pub(crate) struct Progress {
+    done: AtomicUsize,
+    total: usize,
+}
+
+impl Progress {
+    pub(crate) fn new(total: usize) -> Progress {
+        Progress { done: AtomicUsize::new(0), total }
+    }
+
+    fn finished(&self, name: &str, result: TestResult, elapsed: Duration) {
+        let done = self.done.fetch_add(1, Ordering::SeqCst) + 1;
+        eprintln!("[{done:>3}/{}] {name} ... {result:?} ({:.1} s)", self.total, elapsed.as_secs_f64());
+    }
 }
 
 /// Runs one transport's test binary, every selected cell at once.
-pub(crate) fn run_binary(call: &BinaryCall, done: &mut usize, total: usize) -> Result<BinaryOutcome> {
+pub(crate) fn run_binary(call: &BinaryCall, progress: &Progress) -> Result<BinaryOutcome> {
     let BinaryCall { workspace, transport, brokers, executable, .. } = *call;
     let tests = list_tests(executable, &call.filters)?;
     let started = Instant::now();
@@ -158,9 +180,8 @@ pub(crate) fn run_binary(call: &BinaryCall, done: &mut usize, total: usize) -> R
     for line in BufReader::new(child.stdout.take().expect("piped")).lines() {
         let line = line?;
         if let Some((name, result)) = libtest::parse_result_line(&line) {
-            *done += 1;
             let elapsed = started.elapsed();
-            eprintln!("[{done:>3}/{total}] {name} ... {result:?} ({:.1} s)", elapsed.as_secs_f64());
+            progress.finished(name, result, elapsed);
             finished.push(Finished { name: name.to_owned(), result, elapsed });
         }
         summarised |= libtest::is_summary_line(&line);
@@ -268,10 +289,12 @@ pub(crate) struct RunWith {
 /// A built test binary and the filters selecting this run's tests in it.
 pub(crate) type Built<'a> = (&'a str, PathBuf, Vec<String>);
 
-/// Runs every binary once and checks each reported every selected test. With `ledger`, the
-/// failed tests whose cells are not Deferred run again, together in one more run of their
-/// binary: passing then makes a test a flake (recorded, and counted as the pass it is), failing
-/// again leaves the failure.
+/// Runs every binary once, up to `limits.at_once` of them at the same time (the cells mostly
+/// wait out leases, so the run takes about its slowest binary, not their sum), and checks each
+/// reported every selected test. With `ledger`, the failed tests whose cells are not Deferred run
+/// again, together in one more run of their binary: passing then makes a test a flake (recorded,
+/// and counted as the pass it is), failing again leaves the failure. Every binary is let finish;
+/// a binary that fails the run fails it with the others' failures named too.
 pub(crate) fn run_all(
     root: &Path,
     run_with: RunWith,
@@ -282,72 +305,104 @@ pub(crate) fn run_all(
     ledger: Option<&Ledger>,
 ) -> Result<Vec<BinaryRun>> {
     let total: usize = binaries.iter().map(|(_, exe, filters)| list_tests(exe, filters).map_or(0, |t| t.len())).sum();
-    let (mut done, mut runs) = (0, Vec::new());
-    let RunWith { brokers, second } = run_with;
-    for (transport, executable, filters) in binaries {
+    let progress = Progress::new(total);
+    let runs = at_once(binaries, limits.at_once, |(transport, executable, filters)| {
         let call = |filters: Vec<String>| BinaryCall {
             workspace: root,
             transport,
-            brokers,
-            second,
+            brokers: run_with.brokers,
+            second: run_with.second,
             executable,
             filters,
             limits,
             mutant: None,
         };
-        let BinaryOutcome { mut finished, mut failures, wall, broker } =
-            run_binary(&call(filters.clone()), &mut done, total)?;
-        let missing: Vec<String> = selection
-            .expected(transport)
-            .into_iter()
-            .filter(|expected| !finished.iter().any(|f| names.cell(&f.name).as_ref() == Some(expected)))
-            .map(|test| format!("{} ({})", test.cell, test.variant))
-            .collect();
-        if !missing.is_empty() {
-            bail!(
-                "the {transport} run reported no result for {} selected test(s): {}; the ledger is left untouched",
-                missing.len(),
-                missing.join(", ")
-            );
+        run_one(&call(filters.clone()), selection, names, ledger, &progress, |names| {
+            run_binary(&call(names), &Progress::new(0))
+        })
+    });
+    let failed: Vec<String> = runs.iter().filter_map(|run| run.as_ref().err()).map(|e| format!("{e:#}")).collect();
+    if !failed.is_empty() {
+        bail!("{}", failed.join("\n"));
+    }
+    Ok(runs.into_iter().map(|run| run.expect("checked above")).collect())
+}
+
+/// `work` on each of `items`, at most `limit` at a time, each on a thread of its own; the
+/// results in the items' order.
+pub(crate) fn at_once<I: Sync, T: Send>(items: &[I], limit: usize, work: impl Fn(&I) -> T + Sync) -> Vec<T> {
+    let next = AtomicUsize::new(0);
+    let results: Vec<Mutex<Option<T>>> = items.iter().map(|_| Mutex::new(None)).collect();
+    std::thread::scope(|scope| {
+        for _ in 0..limit.clamp(1, items.len().max(1)) {
+            scope.spawn(|| loop {
+                let index = next.fetch_add(1, Ordering::SeqCst);
+                let Some(item) = items.get(index) else { break };
+                let result = work(item);
+                *results[index].lock().unwrap_or_else(|p| p.into_inner()) = Some(result);
+            });
         }
-        let mut flakes = Vec::new();
-        if let Some(ledger) = ledger {
-            // Every failed test whose cell is not Deferred runs once more, all of them in one
-            // run of the binary (one broker start, at once as the first run ran them): a test
-            // that passes then is a flake, one that fails again a regression.
-            let suspects: Vec<(usize, CellId, String)> = finished
-                .iter()
-                .enumerate()
-                .filter(|(_, test)| test.result == TestResult::Failed)
-                .filter_map(|(index, test)| {
-                    let TestCell { cell, variant } = names.cell(&test.name)?;
-                    let deferred = matches!(ledger.get(&cell), Some(Status::Deferred { .. }));
-                    (!deferred).then_some((index, cell, variant))
-                })
-                .collect();
-            if !suspects.is_empty() {
-                let names: Vec<String> = suspects.iter().map(|(index, ..)| finished[*index].name.clone()).collect();
-                eprintln!(
-                    "rerunning {} failed test(s) whose cells are not Deferred: {}",
-                    names.len(),
-                    names.join(", ")
-                );
-                let again = run_binary(&call(names.clone()), &mut 0, names.len())?.finished;
-                for (index, cell, variant) in suspects {
-                    let test = &mut finished[index];
-                    if again.iter().any(|r| r.name == test.name && r.result == TestResult::Ok) {
-                        let first = failures.remove(&test.name).unwrap_or_default();
-                        eprintln!("flake: {cell} ({variant}) failed, then passed on its rerun");
-                        flakes.push(Flaked { cell, variant, first_failure: panic_message(&first) });
-                        test.result = TestResult::Ok;
-                    }
+    });
+    results.into_iter().map(|result| result.into_inner().unwrap().expect("every item ran")).collect()
+}
+
+/// One binary's run within [`run_all`]: its results checked complete, and with `ledger` its
+/// failed tests that are not Deferred rerun through `rerun` (given their names).
+fn run_one(
+    call: &BinaryCall,
+    selection: &Selection,
+    names: &TestNames,
+    ledger: Option<&Ledger>,
+    progress: &Progress,
+    rerun: impl Fn(Vec<String>) -> Result<BinaryOutcome>,
+) -> Result<BinaryRun> {
+    let transport = call.transport;
+    let BinaryOutcome { mut finished, mut failures, wall, broker } = run_binary(call, progress)?;
+    let missing: Vec<String> = selection
+        .expected(transport)
+        .into_iter()
+        .filter(|expected| !finished.iter().any(|f| names.cell(&f.name).as_ref() == Some(expected)))
+        .map(|test| format!("{} ({})", test.cell, test.variant))
+        .collect();
+    if !missing.is_empty() {
+        bail!(
+            "the {transport} run reported no result for {} selected test(s): {}; the ledger is left untouched",
+            missing.len(),
+            missing.join(", ")
+        );
+    }
+    let mut flakes = Vec::new();
+    if let Some(ledger) = ledger {
+        // Every failed test whose cell is not Deferred runs once more, all of them in one
+        // run of the binary (one broker start, at once as the first run ran them): a test
+        // that passes then is a flake, one that fails again a regression.
+        let suspects: Vec<(usize, CellId, String)> = finished
+            .iter()
+            .enumerate()
+            .filter(|(_, test)| test.result == TestResult::Failed)
+            .filter_map(|(index, test)| {
+                let TestCell { cell, variant } = names.cell(&test.name)?;
+                let deferred = matches!(ledger.get(&cell), Some(Status::Deferred { .. }));
+                (!deferred).then_some((index, cell, variant))
+            })
+            .collect();
+        if !suspects.is_empty() {
+            let names: Vec<String> = suspects.iter().map(|(index, ..)| finished[*index].name.clone()).collect();
+            eprintln!("rerunning {} failed test(s) whose cells are not Deferred: {}", names.len(), names.join(", "));
+            let again = rerun(names)?.finished;
+            for (index, cell, variant) in suspects {
+                let test = &mut finished[index];
+                if again.iter().any(|r| r.name == test.name && r.result == TestResult::Ok) {
+                    let first = failures.remove(&test.name).unwrap_or_default();
+                    eprintln!("flake: {cell} ({variant}) failed, then passed on its rerun");
+                    flakes.push(Flaked { cell, variant, first_failure: panic_message(&first) });
+                    test.result = TestResult::Ok;
                 }
             }
         }
-        let configurations = selection.configurations_of(transport).iter().map(|c| c.name.clone()).collect();
-        runs.push(BinaryRun { configurations, finished, failures, wall, flakes, broker });
     }
-    Ok(runs)
+    let configurations = selection.configurations_of(transport).iter().map(|c| c.name.clone()).collect();
+    Ok(BinaryRun { configurations, finished, failures, wall, flakes, broker })
 }
 
 /// The panic message of a libtest failure section, without the backtrace and the "thread …
@@ -358,5 +413,27 @@ pub(crate) fn panic_message(section: &str) -> String {
     match lines.iter().position(|l| l.starts_with("thread ") && l.contains("panicked at")) {
         Some(at) => lines[at + 1..].join("\n"),
         None => lines.join("\n"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn at_once_runs_at_most_its_limit_together_and_keeps_the_items_order() {
+        let (running, most) = (AtomicUsize::new(0), AtomicUsize::new(0));
+        let items: Vec<u64> = (0..9).collect();
+        let doubled = at_once(&items, 3, |item| {
+            most.fetch_max(running.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
+            // Later items finish first, so the order cannot come from finishing times.
+            std::thread::sleep(Duration::from_millis(60 - 5 * item));
+            running.fetch_sub(1, Ordering::SeqCst);
+            item * 2
+        });
+        assert_eq!(doubled, (0..9).map(|i| i * 2).collect::<Vec<_>>());
+        assert_eq!(most.load(Ordering::SeqCst), 3, "three at a time, never more");
+        assert_eq!(at_once(&items, usize::MAX, |item| *item).len(), 9, "no limit: one thread per item");
+        assert!(at_once(&Vec::<u64>::new(), 3, |item| *item).is_empty());
     }
 }

@@ -118,42 +118,59 @@ struct Bench<'a> {
     brokers: BrokerSource,
 }
 
-/// Runs the transports' cells on `executables`, with `mutant` switched on (none: healthy code).
-fn measure(
-    bench: &Bench,
-    transports: &[&Transport],
-    executables: &Executables,
-    label: &str,
+/// One measurement: `mutant` switched on (none: the code as built) in the cells of `transports`.
+struct Job<'a> {
+    label: &'a str,
+    mutant: Option<&'a str>,
+    transports: Vec<&'a Transport>,
     limits: runner::Limits,
-    mutant: Option<&str>,
-) -> Result<CellPasses> {
+}
+
+/// Runs every job's cells on `executables`, at most `at_once` test binaries at a time, and
+/// returns each job's cell passes, in the jobs' order.
+fn measure(bench: &Bench, executables: &Executables, jobs: &[Job], at_once: usize) -> Vec<Result<CellPasses>> {
+    let runs: Vec<(usize, &Transport)> =
+        jobs.iter().enumerate().flat_map(|(index, job)| job.transports.iter().map(move |t| (index, *t))).collect();
+    let measured =
+        runner::at_once(&runs, at_once, |(index, transport)| run_cells(bench, executables, &jobs[*index], transport));
+    let mut passes: Vec<Result<CellPasses>> = jobs.iter().map(|_| Ok(CellPasses::new())).collect();
+    for ((index, _), result) in runs.iter().zip(measured) {
+        match (&mut passes[*index], result) {
+            (Ok(all), Ok(mine)) => all.extend(mine),
+            (slot @ Ok(_), Err(error)) => *slot = Err(error),
+            (Err(_), _) => {}
+        }
+    }
+    passes
+}
+
+/// One transport's cells for `job`: passed in both pump variants, by cell.
+fn run_cells(bench: &Bench, executables: &Executables, job: &Job, transport: &Transport) -> Result<CellPasses> {
     let Bench { scratch, manifest, brokers } = *bench;
+    let executable = executables
+        .get(&transport.name)
+        .with_context(|| format!("cargo built no {} test executable", transport.name))?;
+    let total = runner::list_tests(executable, &[])?.len();
+    let call = runner::BinaryCall {
+        workspace: &scratch.root,
+        transport: &transport.name,
+        brokers,
+        // Defects are judged against the reference implementation, as the ledger is.
+        second: None,
+        executable,
+        filters: Vec::new(),
+        limits: job.limits,
+        mutant: job.mutant,
+    };
+    let runner::BinaryOutcome { finished, wall, .. } = runner::run_binary(&call, &runner::Progress::new(total))
+        .with_context(|| format!("{}: the {} cells did not complete", job.label, transport.name))?;
+    eprintln!("mutants: {}: {} ran in {:.1} s", job.label, transport.name, wall.as_secs_f64());
     let names = TestNames::new(manifest);
     let mut passes = CellPasses::new();
-    for transport in transports {
-        let executable = executables
-            .get(&transport.name)
-            .with_context(|| format!("cargo built no {} test executable", transport.name))?;
-        let total = runner::list_tests(executable, &[])?.len();
-        let call = runner::BinaryCall {
-            workspace: &scratch.root,
-            transport: &transport.name,
-            brokers,
-            // Defects are judged against the reference implementation, as the ledger is.
-            second: None,
-            executable,
-            filters: Vec::new(),
-            limits,
-            mutant,
-        };
-        let runner::BinaryOutcome { finished, wall, .. } = runner::run_binary(&call, &mut 0, total)
-            .with_context(|| format!("{label}: the {} cells did not complete", transport.name))?;
-        eprintln!("mutants: {label}: {} ran in {:.1} s", transport.name, wall.as_secs_f64());
-        for test in &finished {
-            let Some(TestCell { cell, .. }) = names.cell(&test.name) else { continue };
-            let passed = passes.entry((cell.configuration, cell.behaviour)).or_insert(true);
-            *passed &= test.result == TestResult::Ok;
-        }
+    for test in &finished {
+        let Some(TestCell { cell, .. }) = names.cell(&test.name) else { continue };
+        let passed = passes.entry((cell.configuration, cell.behaviour)).or_insert(true);
+        *passed &= test.result == TestResult::Ok;
     }
     Ok(passes)
 }
@@ -239,37 +256,23 @@ pub fn run(args: &Args) -> Result<()> {
     for (id, why) in &schemata.separate {
         eprintln!("mutants: {id} is built alone: {why}");
     }
-    // The switched mutants first: a build of its own replaces the schemata's binaries.
-    let mut selected = selected;
-    selected.sort_by_key(|mutant| !schemata.switched.contains_key(&mutant.id));
     let bench = Bench { scratch: &scratch, manifest: &manifest, brokers: args.brokers };
-    let healthy = measure(&bench, &chosen, &executables, "healthy", runner::Limits::DEFAULT, None)?;
+    let at_once = 1;
+    let healthy = Job { label: "healthy", mutant: None, transports: chosen.clone(), limits: runner::Limits::DEFAULT };
+    let healthy = measure(&bench, &executables, &[healthy], at_once).remove(0)?;
     let commit = evidence::git_commit();
     let results_path = root.join(matrix::RESULTS);
     let mut results = matrix::load(&results_path)?;
     results.retain(|(mutant, _), _| catalogue.mutants.iter().any(|m| &m.id == mutant));
     let mut survivors = Vec::new();
-    for mutant in &selected {
-        let touched: Vec<&Transport> = chosen
-            .iter()
-            .copied()
-            .filter(|t| t.configurations.iter().any(|c| mutant.expectation(&t.name, c) != Expectation::NotApplicable))
-            .collect();
-        if touched.is_empty() {
-            continue;
-        }
-        let mutant_started = Instant::now();
-        let (id, limits) = (mutant.id.as_str(), mutant.limits());
-        let passes = if schemata.switched.contains_key(id) {
-            let bench = Bench { scratch: &scratch, manifest: &manifest, brokers: args.brokers };
-            measure(&bench, &touched, &executables, id, limits, Some(id))?
-        } else {
-            scratch.apply(&mutant.patched(&root)?)?;
-            let alone = build(&scratch, &touched, id, args.brokers)?;
-            let bench = Bench { scratch: &scratch, manifest: &manifest, brokers: args.brokers };
-            measure(&bench, &touched, &alone, id, limits, None)?
+    let touched = |mutant: &catalogue::Mutant| -> Vec<&Transport> {
+        let applies = |t: &Transport| {
+            t.configurations.iter().any(|c| mutant.expectation(&t.name, c) != Expectation::NotApplicable)
         };
-        for transport in &touched {
+        chosen.iter().copied().filter(|t| applies(t)).collect()
+    };
+    let mut record = |mutant: &catalogue::Mutant, passes: &CellPasses| -> Result<()> {
+        for transport in touched(mutant) {
             for configuration in &transport.configurations {
                 let was_green = |n: &Behaviour| healthy.get(&(configuration.clone(), *n)) == Some(&true);
                 let healthy_cells: BTreeSet<Behaviour> =
@@ -294,8 +297,30 @@ pub fn run(args: &Args) -> Result<()> {
                 }
             }
         }
-        matrix::save(&results_path, &results)?;
-        eprintln!("mutants: {} done in {:.1} s", mutant.id, mutant_started.elapsed().as_secs_f64());
+        matrix::save(&results_path, &results)
+    };
+    // The switched mutants, some at once on the one build; each measured alone on its cells.
+    let (switched, alone): (Vec<&catalogue::Mutant>, Vec<&catalogue::Mutant>) = selected
+        .iter()
+        .copied()
+        .filter(|m| !touched(m).is_empty())
+        .partition(|m| schemata.switched.contains_key(&m.id));
+    let jobs: Vec<Job> = switched
+        .iter()
+        .map(|m| Job { label: &m.id, mutant: Some(&m.id), transports: touched(m), limits: m.limits() })
+        .collect();
+    for (mutant, passes) in switched.iter().zip(measure(&bench, &executables, &jobs, at_once)) {
+        record(mutant, &passes?)?;
+    }
+    for mutant in alone {
+        let mutant_started = Instant::now();
+        let id = mutant.id.as_str();
+        scratch.apply(&mutant.patched(&root)?)?;
+        let built = build(&scratch, &touched(mutant), id, args.brokers)?;
+        let bench = Bench { scratch: &scratch, manifest: &manifest, brokers: args.brokers };
+        let job = Job { label: id, mutant: None, transports: touched(mutant), limits: mutant.limits() };
+        record(mutant, &measure(&bench, &built, &[job], at_once).remove(0)?)?;
+        eprintln!("mutants: {id} done in {:.1} s", mutant_started.elapsed().as_secs_f64());
     }
     scratch.restore()?;
     write_matrix(&root, &catalogue, &all_transports, &results)?;
