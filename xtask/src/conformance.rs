@@ -46,6 +46,10 @@ pub struct Args {
     /// binaries as CONFORMANCE_CELL_TIMEOUT
     #[arg(long, value_name = "SECONDS", default_value_t = Limits::DEFAULT.cell.as_secs(), value_parser = clap::value_parser!(u64).range(1..))]
     cell_timeout: u64,
+    /// Run at most N transports' test binaries (each with its own broker) at the same time.
+    /// Default: all of them, so a run takes about its slowest binary
+    #[arg(long, value_name = "N")]
+    jobs: Option<std::num::NonZeroUsize>,
     /// Run the selected tests N times and print each cell's pass rate (no reruns, no ledger
     /// change): a stability check before a cell is trusted
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
@@ -175,7 +179,7 @@ pub fn run(args: &Args) -> Result<()> {
     let limits = Limits {
         binary: Duration::from_secs(args.binary_timeout),
         cell: Duration::from_secs(args.cell_timeout),
-        at_once: 1,
+        at_once: args.jobs.map_or(usize::MAX, std::num::NonZeroUsize::get),
     };
     // What the cells are about to exercise: evidence is tied to these sources.
     let digest = ledger::source_digest(&root)?;
@@ -423,13 +427,19 @@ fn repeat(
     ledger: &Ledger,
 ) -> Result<()> {
     let mut passes: BTreeMap<(CellId, String), (u32, u32)> = BTreeMap::new();
+    let mut failures = Vec::new();
     for round in 1..=args.repeat {
         eprintln!("round {round} of {}", args.repeat);
         for run in run_all(root, run_with, binaries, selection, names, limits, None)? {
             for test in &run.finished {
                 let Some(TestCell { cell, variant }) = names.cell(&test.name) else { continue };
+                let passed = test.result == TestResult::Ok;
+                if !passed && !matches!(ledger.get(&cell), Some(Status::Deferred { .. })) {
+                    let message = run.failures.get(&test.name).map(|text| crate::runner::panic_message(text));
+                    failures.push(format!("{cell} ({variant}), round {round}: {}", message.unwrap_or_default()));
+                }
                 let tally = passes.entry((cell, variant)).or_default();
-                tally.0 += u32::from(test.result == TestResult::Ok);
+                tally.0 += u32::from(passed);
                 tally.1 += 1;
             }
         }
@@ -442,6 +452,10 @@ fn repeat(
         println!("| {cell} | {variant} | {status} | {passed} | {runs} | {rate:.0}% |");
         // A Deferred cell is expected to fail: only the others must pass every time.
         unstable += usize::from(passed != runs && !matches!(ledger.get(cell), Some(Status::Deferred { .. })));
+    }
+    // What each failure said: a flake is traced from its message, not from its rate.
+    for failure in &failures {
+        eprintln!("failed: {failure}");
     }
     eprintln!("{} cell variants; {unstable} not Deferred and below 100%", passes.len());
     Ok(())

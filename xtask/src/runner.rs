@@ -111,7 +111,7 @@ impl Limits {
     /// The defaults of `--binary-timeout` and `--cell-timeout`, for callers with no flags for
     /// them (the mutation run).
     pub(crate) const DEFAULT: Limits =
-        Limits { binary: Duration::from_secs(1200), cell: Duration::from_secs(300), at_once: 1 };
+        Limits { binary: Duration::from_secs(1200), cell: Duration::from_secs(300), at_once: usize::MAX };
 }
 
 /// The `[done/total]` count of a run's progress lines, shared by the binaries that run at once.

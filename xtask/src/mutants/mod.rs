@@ -41,7 +41,16 @@ pub struct Args {
     /// Where brokers come from (auto, env, containers, local), passed on as CONFORMANCE_BROKERS
     #[arg(long, value_enum, value_name = "SOURCE", default_value_t = BrokerSource::Auto)]
     brokers: BrokerSource,
+    /// How many test binaries (each with its own broker) run at the same time: the transports of
+    /// one mutant, and the next switched mutants' while one waits
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_JOBS)]
+    jobs: std::num::NonZeroUsize,
 }
+
+/// Three binaries at once: on 2 cores the cells mostly wait (a defect that keeps a message
+/// makes its cells wait out their 60 s bound), and the kill matrix came out the same as one
+/// binary at a time (BENCHMARKS.md, "Mutation run").
+const DEFAULT_JOBS: std::num::NonZeroUsize = std::num::NonZeroUsize::new(3).expect("not zero");
 
 /// (configuration, behaviour number) -> passed in both pump variants.
 type CellPasses = BTreeMap<(String, Behaviour), bool>;
@@ -257,7 +266,7 @@ pub fn run(args: &Args) -> Result<()> {
         eprintln!("mutants: {id} is built alone: {why}");
     }
     let bench = Bench { scratch: &scratch, manifest: &manifest, brokers: args.brokers };
-    let at_once = 1;
+    let at_once = args.jobs.get();
     let healthy = Job { label: "healthy", mutant: None, transports: chosen.clone(), limits: runner::Limits::DEFAULT };
     let healthy = measure(&bench, &executables, &[healthy], at_once).remove(0)?;
     let commit = evidence::git_commit();
