@@ -7,6 +7,7 @@ use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{ChildStdin, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::Duration;
 
@@ -76,12 +77,39 @@ fn random() -> u64 {
     hasher.finish()
 }
 
-/// A running broker process. Dropping the stdin it holds (at process exit) stops it.
+/// A running broker process. Dropping it (a shared broker: at process exit) closes its stdin,
+/// which stops it.
 pub struct LocalProcess {
     pub name: &'static str,
     pub port: u16,
     pub pid: u32,
-    _stdin: ChildStdin,
+    stdin: Option<ChildStdin>,
+    /// Set once the process is asked to stop: its exit is then no outage.
+    stopping: Arc<AtomicBool>,
+    /// Receives once the process has exited, if it was asked to.
+    exited: Mutex<mpsc::Receiver<()>>,
+}
+
+impl LocalProcess {
+    /// Stops the broker as the binary's end does (its stdin closes; each launcher then stops its
+    /// server) and waits up to `ceiling` for the process to exit: a broker restarted by a test
+    /// between two deliveries.
+    pub fn stop(mut self, ceiling: Duration) -> Result<(), LocalError> {
+        self.ask_to_stop();
+        let exited = self.exited.lock().unwrap_or_else(|p| p.into_inner()).recv_timeout(ceiling);
+        exited.map_err(|_| LocalError::NotStopped { name: self.name, ceiling })
+    }
+
+    fn ask_to_stop(&mut self) {
+        self.stopping.store(true, Ordering::SeqCst);
+        drop(self.stdin.take());
+    }
+}
+
+impl Drop for LocalProcess {
+    fn drop(&mut self) {
+        self.ask_to_stop();
+    }
 }
 
 /// How many of a broker's last output lines a failure shows.
@@ -99,6 +127,8 @@ pub enum LocalError {
     NotReady { name: &'static str, ceiling: Duration, last: Vec<String> },
     #[error("{name} exited ({status}) before it was ready; its last lines:\n{}", .last.join("\n"))]
     ExitedStarting { name: &'static str, status: String, last: Vec<String> },
+    #[error("{name} did not exit within {ceiling:?} of being asked to stop")]
+    NotStopped { name: &'static str, ceiling: Duration },
     #[error("{name} exited ({status}) while the tests ran; its last lines:\n{}", .last.join("\n"))]
     Died { name: &'static str, status: String, last: Vec<String> },
 }
@@ -153,13 +183,19 @@ pub fn start(
     }
     let stdin = child.stdin.take().expect("piped");
     let pid = child.id();
-    // The broker ends with the binary (its stdin closes); ending before, it is an outage.
+    let (stopping, (exit_sender, exited)) = (Arc::new(AtomicBool::new(false)), mpsc::channel());
+    let asked = stopping.clone();
+    // The broker ends with the binary (its stdin closes); ending before, unasked, it is an outage.
     std::thread::spawn(move || {
         let status = child.wait().map_or_else(|e| e.to_string(), |s| s.to_string());
+        if asked.load(Ordering::SeqCst) {
+            let _ = exit_sender.send(());
+            return;
+        }
         std::thread::sleep(Duration::from_millis(100)); // its last lines reach the reader
         crate::broker::fatal(transport, &LocalError::Died { name, status, last: last_lines(&last) });
     });
-    Ok(LocalProcess { name, port, pid, _stdin: stdin })
+    Ok(LocalProcess { name, port, pid, stdin: Some(stdin), stopping, exited: Mutex::new(exited) })
 }
 
 #[cfg(test)]
@@ -190,6 +226,16 @@ mod tests {
         }
         drop(ports);
         assert!(TcpListener::bind(("127.0.0.1", broker - 2)).is_ok(), "released with the picker");
+    }
+
+    #[test]
+    fn a_broker_asked_to_stop_exits_and_is_no_outage() {
+        let mut command = Command::new("sh");
+        command.args(["-c", "echo ready; cat > /dev/null"]);
+        let process = start("redis", "redis", command, 1, "ready", Duration::from_secs(30)).expect("starts");
+        // The watcher reports the exit only where it took it as asked for (an outage stops the
+        // binary instead), so an Ok here is both.
+        process.stop(Duration::from_secs(30)).expect("exits once its stdin closes");
     }
 
     #[test]

@@ -40,6 +40,22 @@ struct Broker {
 /// The local cluster: the launcher prints `postgres ready <url>` once the server accepts
 /// connections, and removes the cluster when the test binary's stdin closes.
 fn start_local() -> Result<LocalProcess, LocalError> {
+    start_cluster(local::free_loopback_port(), None)
+}
+
+/// A cluster of the caller's own in `folder` on `port`, kept there when it stops (made by initdb
+/// on the first start): a test stops it and starts it again between two deliveries. Its
+/// connection string is [`url_at`]`(port)`.
+pub fn start_kept(folder: &Path, port: u16) -> Result<LocalProcess, LocalError> {
+    start_cluster(port, Some(folder))
+}
+
+/// The connection string of a local cluster on `port`.
+pub fn url_at(port: u16) -> String {
+    format!("postgres://{USER}@127.0.0.1:{port}/postgres")
+}
+
+fn start_cluster(port: u16, kept: Option<&Path>) -> Result<LocalProcess, LocalError> {
     let server = Path::new(POSTGRES_BIN).join("postgres");
     if !server.exists() {
         return Err(LocalError::NotInstalled {
@@ -48,13 +64,13 @@ fn start_local() -> Result<LocalProcess, LocalError> {
             install: "cargo xtask brokers install postgres",
         });
     }
-    let port = local::free_loopback_port();
     let mut command = Command::new("bash");
     command
         .arg(local::workspace_root().join("providers/brokers/postgres/launcher.sh"))
         .arg(POSTGRES_BIN)
         .arg(port.to_string())
-        .arg(USER);
+        .arg(USER)
+        .args(kept);
     local::start("postgres", "postgres", command, port, "postgres ready", Duration::from_secs(90))
 }
 

@@ -2,7 +2,8 @@
 //! counter over nacks, requeues and lease lapses (the evidence for the manifest's `exact`),
 //! reject's atomicity under a fault injected between its insert and its delete (a trigger, so
 //! the gateway keeps no test hook), the dead-letter copy keeping its stamp across dead-letter
-//! deliveries, and an unreadable row routed as Unacceptable.
+//! deliveries, an unreadable row routed as Unacceptable, and a server restarted between
+//! two deliveries of a message under a budget (the count continues; issue #31).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -237,4 +238,77 @@ async fn concurrent_receivers_never_take_the_same_row() {
     one.sort();
     sent.sort();
     assert_eq!(one, sent, "a message received twice or never");
+}
+
+/// The server stops (an immediate shutdown, as a crash) and starts again on its own folder
+/// between the second and third deliveries of a message under a budget of 3. The row's counter
+/// is the broker's and durable, so the count continues: the third delivery presents 2 and the
+/// pumps' rule rejects it to the dead-letter queue, one copy, nothing left behind. A count kept
+/// by the consumer (ADR 0077's rejected alternative; the catalogue's consumer-count-per-channel)
+/// starts again at 0 on the new connection, and the budget would fire two deliveries late.
+/// The gateway does not reconnect a PostgreSQL connection: the old channel reports the lost
+/// server as `Refused` on every call, and a consumer connects again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_restart_between_deliveries_keeps_the_count_and_the_budget_fires_on_the_third() {
+    let folder = std::env::temp_dir().join(unique("restarted-cluster"));
+    let port = providers::local::free_loopback_port();
+    let url = providers::postgres::url_at(port);
+    let start = || providers::postgres::start_kept(&folder, port).unwrap_or_else(|e| panic!("{e}"));
+    let queue = unique("restart");
+    let dead_letter = format!("{queue}-dlq");
+    let subscription =
+        Subscription::new(format!("{queue}-sub"), &queue).with_requeue_count(3).with_dead_letter(&dead_letter);
+    let channel_on = async |connection: &PostgresConnection, subscription: &Subscription| {
+        let mut on_postgres = gateway::transport::postgres::PostgresSubscription::new(subscription.clone());
+        on_postgres.lease = Duration::from_secs(20);
+        connection.channel(&on_postgres).await.expect("channel")
+    };
+
+    let server = start();
+    let before = PostgresConnection::connect(&url).await.expect("connect");
+    before.create_schema().await.expect("schema");
+    let consumer = channel_on(&before, &subscription).await;
+    let sent = Message::new(&queue, MessageType::Command, "under a budget of 3");
+    before.producer().send(&sent).await.unwrap();
+    // The pumps' own decision on a handler's Defer, delivery by delivery.
+    let defer =
+        |message: &mut Message| gateway::pump::decide(message, Ok(gateway::pump::Outcome::Defer), &subscription);
+    let mut presented = Vec::new();
+    for delivery in 1..=2 {
+        let mut received = receive(&*consumer, sent.id(), Duration::from_secs(10)).await.expect("delivered");
+        presented.push(received.header.handled_count);
+        let action = defer(&mut received);
+        assert_eq!(action, gateway::pump::Action::Requeue(Duration::ZERO), "delivery {delivery} is within the budget");
+        consumer.requeue(&received, Duration::ZERO).await.unwrap();
+    }
+
+    server.stop(Duration::from_secs(30)).unwrap_or_else(|e| panic!("{e}"));
+    let lost = consumer.receive(Duration::from_millis(500)).await.unwrap_err();
+    assert_eq!(lost.kind(), Some(ErrorKind::Refused), "the old channel reports the lost server: {lost}");
+    let server = start();
+    let lost = consumer.receive(Duration::from_millis(500)).await.unwrap_err();
+    assert_eq!(lost.kind(), Some(ErrorKind::Refused), "the old connection is not made again: {lost}");
+
+    let after = PostgresConnection::connect(&url).await.expect("connect again");
+    let consumer = channel_on(&after, &subscription).await;
+    let mut third = receive(&*consumer, sent.id(), Duration::from_secs(10)).await.expect("kept across the restart");
+    presented.push(third.header.handled_count);
+    assert_eq!(presented, [0, 1, 2], "the count continues across the restart");
+    let gateway::pump::Action::Reject(rejection) = defer(&mut third) else {
+        panic!("the third delivery spends the budget of 3, yet the pumps' rule did not reject it")
+    };
+    assert!(consumer.reject(&third, rejection.as_ref()).await.unwrap(), "a copy is routed");
+
+    let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.expect("connect");
+    tokio::spawn(connection);
+    assert!(counters(&client, &queue).await.is_empty(), "the original is still there");
+    assert_eq!(counters(&client, &dead_letter).await, [0], "exactly one copy, not yet received");
+    let reader = Subscription::new(format!("{dead_letter}-reader"), &dead_letter);
+    let dead_letters = channel_on(&after, &reader).await;
+    let copy = receive(&*dead_letters, sent.id(), Duration::from_secs(10)).await.expect("the copy");
+    assert_eq!(copy.header.handled_count, 3, "the copy keeps the stamped count");
+    assert_eq!(copy.header.bag.get(keys::REJECTION_REASON), Some(&"DeliveryError".into()));
+    dead_letters.acknowledge(&copy).await.unwrap();
+    server.stop(Duration::from_secs(30)).unwrap_or_else(|e| panic!("{e}"));
+    let _ = std::fs::remove_dir_all(&folder);
 }
