@@ -34,18 +34,34 @@ struct Broker {
 }
 
 fn start_local() -> Result<LocalProcess, LocalError> {
+    let port = local::free_loopback_port();
+    start_server(&local::install_dir("redis").join("run").join(port.to_string()), port, false)
+}
+
+/// A server of the caller's own on `port`, persisting to an append-only file in `folder` and
+/// keeping it when it stops (loaded on the next start): a test stops it and starts it again
+/// between two deliveries. Its URL is [`url_at`]`(port)`.
+pub fn start_kept(folder: &Path, port: u16) -> Result<LocalProcess, LocalError> {
+    start_server(folder, port, true)
+}
+
+/// The URL of a local server on `port`.
+pub fn url_at(port: u16) -> String {
+    format!("redis://127.0.0.1:{port}")
+}
+
+fn start_server(work: &Path, port: u16, kept: bool) -> Result<LocalProcess, LocalError> {
     if !Path::new(REDIS_SERVER).exists() {
         let install = "cargo xtask brokers install redis";
         return Err(LocalError::NotInstalled { name: "redis-server", missing: REDIS_SERVER.into(), install });
     }
-    let port = local::free_loopback_port();
-    let work = local::install_dir("redis").join("run").join(port.to_string());
     let mut command = Command::new("bash");
     command
         .arg(local::workspace_root().join("providers/brokers/redis/launcher.sh"))
         .arg(REDIS_SERVER)
-        .arg(&work)
-        .arg(port.to_string());
+        .arg(work)
+        .arg(port.to_string())
+        .args(kept.then_some("kept"));
     local::start("redis-server", "redis", command, port, "redis ready", Duration::from_secs(30))
 }
 

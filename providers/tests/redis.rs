@@ -1,12 +1,14 @@
 //! Bespoke Redis Streams tests outside the templates: the measurement of the group's
 //! times-delivered counter (the counter kind in the manifest rests on it), the channel presenting
 //! it across lease lapses and a recreated consumer, requeue and nack through the pending entries
-//! list, the dead-letter copy keeping its stamp across dead-letter deliveries, and an
-//! unreadable entry routed as Unacceptable.
+//! list, the dead-letter copy keeping its stamp across dead-letter deliveries, an
+//! unreadable entry routed as Unacceptable, and a server restarted between two deliveries of a
+//! message under a budget (the count continues; issue #31).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use gateway::error::ErrorKind;
 use gateway::rejection::{keys, Rejection};
 use gateway::transport::redis::native::{self, Value};
 use gateway::transport::redis::{RedisConnection, RedisSubscription};
@@ -199,4 +201,72 @@ async fn an_unreadable_entry_is_routed_as_unacceptable() {
     invalid.acknowledge(&routed).await.unwrap();
     let Value::Array(summary) = query(&["XPENDING", &stream, &group]).await else { panic!() };
     assert_eq!(summary[0], Value::Int(0), "the unreadable entry is still pending");
+}
+
+/// The server is killed (SIGKILL, a crash) and started again on its append-only file between the
+/// second and third deliveries of a message under a budget of 3. The group's times-delivered
+/// counter is the broker's and persisted with it (Redis writes `XREADGROUP` to the file as an
+/// `XCLAIM` carrying the count), so the count continues: the third delivery presents 2 and the
+/// pumps' rule rejects it to the dead-letter stream, one copy, nothing left pending. A count kept
+/// by the consumer (the catalogue's consumer-count-per-channel) starts again at 0 on the new
+/// connection. The gateway does not reconnect a Redis connection: the old channel reports the
+/// lost server as `Refused`, also once it is back, and a consumer connects again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_restart_between_deliveries_keeps_the_count_and_the_budget_fires_on_the_third() {
+    let folder = std::env::temp_dir().join(unique("restarted-redis"));
+    let port = providers::local::free_loopback_port();
+    let url = providers::redis::url_at(port);
+    let start = || providers::redis::start_kept(&folder, port).unwrap_or_else(|e| panic!("{e}"));
+    let stream = unique("restart");
+    let dead_letter = format!("{stream}-dlq");
+    let subscription =
+        Subscription::new(format!("{stream}-group"), &stream).with_requeue_count(3).with_dead_letter(&dead_letter);
+    let channel_on = async |connection: &RedisConnection, subscription: &Subscription| {
+        let mut on_redis = RedisSubscription::new(subscription.clone());
+        on_redis.lease = Duration::from_secs(20);
+        connection.channel(&on_redis).await.expect("channel")
+    };
+
+    let server = start();
+    let before = RedisConnection::connect(&url).await.expect("connect");
+    let consumer = channel_on(&before, &subscription).await;
+    let sent = Message::new(&stream, MessageType::Command, "under a budget of 3");
+    before.producer().send(&sent).await.unwrap();
+    // The pumps' own decision on a handler's Defer, delivery by delivery.
+    let defer =
+        |message: &mut Message| gateway::pump::decide(message, Ok(gateway::pump::Outcome::Defer), &subscription);
+    let mut presented = Vec::new();
+    for delivery in 1..=2 {
+        let mut received = receive(&*consumer, sent.id(), Duration::from_secs(10)).await.expect("delivered");
+        presented.push(received.header.handled_count);
+        let action = defer(&mut received);
+        assert_eq!(action, gateway::pump::Action::Requeue(Duration::ZERO), "delivery {delivery} is within the budget");
+        consumer.requeue(&received, Duration::ZERO).await.unwrap();
+    }
+
+    server.stop(Duration::from_secs(30)).unwrap_or_else(|e| panic!("{e}"));
+    let lost = consumer.receive(Duration::from_millis(500)).await.unwrap_err();
+    assert_eq!(lost.kind(), Some(ErrorKind::Refused), "the old channel reports the lost server: {lost}");
+    let server = start();
+    let lost = consumer.receive(Duration::from_millis(500)).await.unwrap_err();
+    assert_eq!(lost.kind(), Some(ErrorKind::Refused), "the old connection is not made again: {lost}");
+
+    let after = RedisConnection::connect(&url).await.expect("connect again");
+    let consumer = channel_on(&after, &subscription).await;
+    let mut third = receive(&*consumer, sent.id(), Duration::from_secs(10)).await.expect("kept across the restart");
+    presented.push(third.header.handled_count);
+    assert_eq!(presented, [0, 1, 2], "the count continues across the restart");
+    let gateway::pump::Action::Reject(rejection) = defer(&mut third) else {
+        panic!("the third delivery spends the budget of 3, yet the pumps' rule did not reject it")
+    };
+    // A group sees the entries added after it: the reader's comes first.
+    let dead_letters = channel_on(&after, &Subscription::new(format!("{dead_letter}-reader"), &dead_letter)).await;
+    assert!(consumer.reject(&third, rejection.as_ref()).await.unwrap(), "a copy is routed");
+    let copy = receive(&*dead_letters, sent.id(), Duration::from_secs(10)).await.expect("the copy");
+    assert_eq!(copy.header.handled_count, 3, "the copy keeps the stamped count");
+    assert_eq!(copy.header.bag.get(keys::REJECTION_REASON), Some(&"DeliveryError".into()));
+    dead_letters.acknowledge(&copy).await.unwrap();
+    assert!(receive(&*consumer, sent.id(), Duration::from_secs(1)).await.is_none(), "the original came back");
+    server.stop(Duration::from_secs(30)).unwrap_or_else(|e| panic!("{e}"));
+    let _ = std::fs::remove_dir_all(&folder);
 }

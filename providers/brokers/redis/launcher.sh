@@ -3,23 +3,32 @@
 # redis`), never the package's service, on a loopback port given by the caller, with no
 # persistence (no RDB snapshot, no append-only file) and a work dir of its own.
 #
-# Usage: launcher.sh <redis-server> <work dir> <port>
+# Usage: launcher.sh <redis-server> <work dir> <port> [kept]
+# With `kept` (a test restarting the server between deliveries), the server persists to an
+# append-only file in the work dir (written before each reply, fsynced every second: Redis's
+# `appendonly yes` defaults, durable against a crash of the server) and the work dir is left in
+# place when it stops, for the next start to load.
 # Prints `redis ready ...` on stdout once the server logs "Ready to accept connections" (its log
 # lines start with its pid, so local::start cannot wait on them directly), then runs until its
 # stdin closes (the test binary's end) or the server exits, and then stops the server and deletes
 # the work dir. A server that exits early has its last log lines printed, for the binary's error.
 set -u
-server=$1 work=$2 port=$3
+server=$1 work=$2 port=$3 kept=${4:-}
 mkdir -p "$work"
-"$server" --bind 127.0.0.1 --port "$port" --dir "$work" --save "" --appendonly no \
+# Readiness is read from this start's log alone (a kept work dir holds the last start's).
+: > "$work/redis.log"
+appendonly=no
+[ -z "$kept" ] || appendonly=yes
+"$server" --bind 127.0.0.1 --port "$port" --dir "$work" --save "" --appendonly "$appendonly" \
     --daemonize no --logfile "$work/redis.log" --protected-mode yes > /dev/null 2>&1 &
 server_pid=$!
 
-# SIGKILL: nothing is persisted, and the ending test binary must not wait for a shutdown.
+# SIGKILL: nothing is persisted (or, kept, the append-only file has every reply's write), and the
+# ending test binary must not wait for a shutdown.
 stop() {
     kill -KILL "$server_pid" 2>/dev/null
     wait "$server_pid" 2>/dev/null
-    rm -rf "$work"
+    [ -n "$kept" ] || rm -rf "$work"
 }
 
 report() {
