@@ -11,6 +11,7 @@
 //! `CONFORMANCE_RABBITMQ_IMAGE`. The node's name is `rabbit@<the container's hostname>`, fixed for
 //! the container's life, which is all quorum queues need of it (both configurations pass there).
 
+use std::path::Path;
 use std::process::Command;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -47,21 +48,43 @@ fn free_node_ports() -> (u16, u16, u16) {
 /// The project-owned node: the launcher prints `ready <host:port>` once it accepts AMQP. A
 /// node boots in 9 to 20 s on a loaded 2-core machine (measured), hence the ceiling.
 fn start_local() -> Result<LocalProcess, LocalError> {
+    let (amqp, dist, epmd) = free_node_ports();
+    start_node(&local::install_dir("rabbitmq").join("run").join(amqp.to_string()), (amqp, dist, epmd), false)
+}
+
+/// An AMQP port for [`start_kept`]: the one after it (the node's distribution port) and the 12th
+/// after it (epmd's) are free too.
+pub fn free_kept_port() -> u16 {
+    local::FreePorts::default().pick(&(1..=12).collect::<Vec<_>>())
+}
+
+/// A node of the caller's own on AMQP port `amqp` (from [`free_kept_port`]), its database in
+/// `folder`, kept when it stops: started again there, the same node name finds it. A test stops
+/// and starts it between two deliveries. Its URL is [`url_at`]`(amqp)`.
+pub fn start_kept(folder: &Path, amqp: u16) -> Result<LocalProcess, LocalError> {
+    start_node(folder, (amqp, amqp + 1, amqp + 12), true)
+}
+
+/// The AMQP URL of a local node on `amqp`.
+pub fn url_at(amqp: u16) -> String {
+    format!("amqp://guest:guest@127.0.0.1:{amqp}/%2f")
+}
+
+fn start_node(work: &Path, (amqp, dist, epmd): (u16, u16, u16), kept: bool) -> Result<LocalProcess, LocalError> {
     let binary = std::path::Path::new("/usr/lib/rabbitmq/bin/rabbitmq-server");
     if !binary.exists() {
         let install = "cargo xtask brokers install rabbitmq";
         return Err(LocalError::NotInstalled { name: "rabbitmq", missing: binary.to_path_buf(), install });
     }
-    let (amqp, dist, epmd) = free_node_ports();
-    let work = local::install_dir("rabbitmq").join("run").join(amqp.to_string());
     let mut command = Command::new("bash");
     command
         .arg(local::workspace_root().join("providers/brokers/rabbitmq/launcher.sh"))
-        .arg(&work)
+        .arg(work)
         .arg(amqp.to_string())
         .arg(dist.to_string())
         .arg(epmd.to_string())
-        .arg(format!("conformance-{amqp}"));
+        .arg(format!("conformance-{amqp}"))
+        .args(kept.then_some("kept"));
     local::start("rabbitmq", "rabbitmq", command, amqp, "ready", Duration::from_secs(120))
 }
 

@@ -2,11 +2,13 @@
 //! delivery counter on both queue types (raw AMQP, then through the gateway's reader), the
 //! quorum release as the return every RabbitMQ version counts (seen on the wire), a quorum
 //! requeue with delay that keeps counting, the dead-letter copy keeping its stamp across
-//! dead-letter deliveries, and an unreadable message routed as Unacceptable.
+//! dead-letter deliveries, an unreadable message routed as Unacceptable, and a node
+//! restarted between two deliveries of a message under a budget (the count continues; #31).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use gateway::error::ErrorKind;
 use gateway::rejection::{keys, Rejection};
 use gateway::transport::rabbitmq::lapin::options::{BasicGetOptions, BasicNackOptions, BasicRejectOptions};
 use gateway::transport::rabbitmq::lapin::{Connection, ConnectionProperties};
@@ -288,4 +290,68 @@ async fn an_unreadable_message_is_routed_as_unacceptable() {
         assert_eq!(routed.header.bag.get(keys::REJECTION_REASON), Some(&"Unacceptable".into()));
         invalid.acknowledge(&routed).await.unwrap();
     }
+}
+
+/// The node stops (gracefully, as an operator restarts it) and starts again on its own database
+/// between the second and third deliveries of a message on a quorum queue under a budget of 3.
+/// The queue's `x-delivery-count` lives in its Raft log, so the count continues: the third
+/// delivery presents 2 and the pumps' rule rejects it to the dead-letter queue, one copy. A count
+/// kept by the consumer (the catalogue's consumer-count-per-channel) starts again at 0 on the new
+/// connection. The gateway does not reconnect an AMQP connection: the old channel reports the
+/// lost node, also once it is back, and a consumer connects again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_restart_between_deliveries_keeps_the_quorum_count_and_the_budget_fires_on_the_third() {
+    let folder = std::env::temp_dir().join(unique("restarted-node"));
+    let amqp = providers::rabbitmq::free_kept_port();
+    let url = providers::rabbitmq::url_at(amqp);
+    let start = || providers::rabbitmq::start_kept(&folder, amqp).unwrap_or_else(|e| panic!("{e}"));
+    let queue = unique("restart");
+    let dead_letter = format!("{queue}-dlq");
+    let subscription =
+        Subscription::new(format!("{queue}-sub"), &queue).with_requeue_count(3).with_dead_letter(&dead_letter);
+    let on_quorum = |subscription: &Subscription| RabbitMqSubscription::quorum(subscription.clone(), None);
+
+    let node = start();
+    let before = RabbitMqConnection::connect(&url).await.expect("connect");
+    let consumer = before.channel(&on_quorum(&subscription)).await.expect("channel");
+    let reader = Subscription::new(format!("{dead_letter}-reader"), &dead_letter);
+    drop(before.channel(&on_quorum(&reader)).await.expect("the dead-letter queue, declared"));
+    let sent = Message::new(&queue, MessageType::Command, "under a budget of 3");
+    before.producer().send(&sent).await.unwrap();
+    // The pumps' own decision on a handler's Defer, delivery by delivery.
+    let defer =
+        |message: &mut Message| gateway::pump::decide(message, Ok(gateway::pump::Outcome::Defer), &subscription);
+    let mut presented = Vec::new();
+    for delivery in 1..=2 {
+        let mut received = receive(&*consumer, sent.id(), Duration::from_secs(10)).await.expect("delivered");
+        presented.push(received.header.handled_count);
+        let action = defer(&mut received);
+        assert_eq!(action, gateway::pump::Action::Requeue(Duration::ZERO), "delivery {delivery} is within the budget");
+        consumer.requeue(&received, Duration::ZERO).await.unwrap();
+    }
+
+    node.stop(Duration::from_secs(60)).unwrap_or_else(|e| panic!("{e}"));
+    let lost = consumer.receive(Duration::from_millis(500)).await.unwrap_err();
+    assert_eq!(lost.kind(), Some(ErrorKind::Refused), "the old channel reports the lost node: {lost}");
+    let node = start();
+    let lost = consumer.receive(Duration::from_millis(500)).await.unwrap_err();
+    assert_eq!(lost.kind(), Some(ErrorKind::Refused), "the old connection is not made again: {lost}");
+
+    let after = RabbitMqConnection::connect(&url).await.expect("connect again");
+    let consumer = after.channel(&on_quorum(&subscription)).await.expect("channel");
+    let mut third = receive(&*consumer, sent.id(), Duration::from_secs(10)).await.expect("kept across the restart");
+    presented.push(third.header.handled_count);
+    assert_eq!(presented, [0, 1, 2], "the count continues across the restart");
+    let gateway::pump::Action::Reject(rejection) = defer(&mut third) else {
+        panic!("the third delivery spends the budget of 3, yet the pumps' rule did not reject it")
+    };
+    assert!(consumer.reject(&third, rejection.as_ref()).await.unwrap(), "a copy is routed");
+    let dead_letters = after.channel(&on_quorum(&reader)).await.expect("channel");
+    let copy = receive(&*dead_letters, sent.id(), Duration::from_secs(10)).await.expect("the copy");
+    assert_eq!(copy.header.handled_count, 3, "the copy keeps the stamped count");
+    assert_eq!(copy.header.bag.get(keys::REJECTION_REASON), Some(&"DeliveryError".into()));
+    dead_letters.acknowledge(&copy).await.unwrap();
+    assert!(receive(&*consumer, sent.id(), Duration::from_secs(1)).await.is_none(), "the original came back");
+    node.stop(Duration::from_secs(60)).unwrap_or_else(|e| panic!("{e}"));
+    let _ = std::fs::remove_dir_all(&folder);
 }

@@ -3,22 +3,26 @@
 # brokers install rabbitmq` installs), run as a project-owned node, never the system service:
 # its own folder, its own epmd, its own cookie, every port on loopback, given by the caller.
 #
-# Usage: launcher.sh <work dir> <amqp port> <distribution port> <epmd port> <node name>
+# Usage: launcher.sh <work dir> <amqp port> <distribution port> <epmd port> <node name> [kept]
+# With `kept` (a test restarting the node between deliveries), the work dir is neither cleared
+# at the start nor deleted at the stop: the same node name starts again on its own database.
 # Prints `ready 127.0.0.1:<amqp port>` on stdout once the node accepts AMQP (its boot banner's
 # "completed with N plugins", printed at any log level: no polling, no extra Erlang VM); the
 # node's console output goes to log/console.log in the work dir, its errors also to stderr. Stops the node (gracefully, then with
 # SIGKILL to its process group) and deletes the work dir when its stdin closes (the test
 # binary's end), on SIGTERM/SIGINT, and, through a watchdog, even if this script is SIGKILLed.
 set -euo pipefail
-DIR=$1 AMQP=$2 DIST=$3 EPMD=$4 NAME=$5
+DIR=$1 AMQP=$2 DIST=$3 EPMD=$4 NAME=$5 KEPT=${6:-}
 # Not /usr/sbin/rabbitmq-server: that wrapper switches to the rabbitmq user and logs to /var/log.
 RMQ=/usr/lib/rabbitmq/bin
 if [ ! -x "$RMQ/rabbitmq-server" ]; then
   echo "$RMQ/rabbitmq-server is missing; run \`cargo xtask brokers install rabbitmq\` first" >&2
   exit 1
 fi
-rm -rf "$DIR"
+if [ -z "$KEPT" ]; then rm -rf "$DIR"; fi
+forget() { if [ -z "$KEPT" ]; then rm -rf "$DIR"; fi; }
 mkdir -p "$DIR"/{mnesia,log,home}
+rm -f "$DIR/out"
 : > "$DIR/rabbitmq-env.conf"          # keeps /etc/rabbitmq/rabbitmq-env.conf out
 cat > "$DIR/rabbitmq.conf" <<CONF
 listeners.tcp.default = 127.0.0.1:$AMQP
@@ -50,11 +54,11 @@ cleanup() {
   kill -KILL -- "-$RMQ_PID" 2>/dev/null || true
   kill -TERM "$EPMD_PID" 2>/dev/null || true
   wait "$RMQ_PID" "$EPMD_PID" 2>/dev/null || true   # not a bare `wait`: the watchdog is a child too
-  rm -rf "$DIR"
+  forget
 }
 trap cleanup EXIT INT TERM
 LPID=$$
-setsid bash -c "while kill -0 $LPID 2>/dev/null; do sleep 1; done; kill -KILL -- -$RMQ_PID 2>/dev/null; kill $EPMD_PID 2>/dev/null; rm -rf '$DIR'" \
+setsid bash -c "while kill -0 $LPID 2>/dev/null; do sleep 1; done; kill -KILL -- -$RMQ_PID 2>/dev/null; kill $EPMD_PID 2>/dev/null; [ -n '$KEPT' ] || rm -rf '$DIR'" \
   </dev/null >/dev/null 2>&1 &
 # The node's console output to console.log (its errors also to stderr); the ready line to stdout.
 while IFS= read -r line; do
