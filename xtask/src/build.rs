@@ -86,10 +86,9 @@ impl std::fmt::Display for BuildFailed {
 impl std::error::Error for BuildFailed {}
 
 /// The files named by the error diagnostics of cargo's JSON messages.
-fn error_files(messages: &str) -> std::collections::BTreeSet<String> {
+fn error_files(messages: &[serde_json::Value]) -> std::collections::BTreeSet<String> {
     messages
-        .lines()
-        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .iter()
         .filter(|message| message["reason"] == "compiler-message" && message["message"]["level"] == "error")
         .flat_map(|message| {
             let spans = message["message"]["spans"].as_array().cloned().unwrap_or_default();
@@ -150,9 +149,10 @@ pub(crate) fn build_test_binaries(
         .stderr(Stdio::inherit())
         .output()
         .context("cannot run cargo")?;
-    let messages = String::from_utf8_lossy(&output.stdout);
-    for line in messages.lines() {
-        let Ok(message) = serde_json::from_str::<serde_json::Value>(line) else { continue };
+    // Cargo's JSON messages, one a line, parsed once (a line that is not JSON is not cargo's).
+    let messages: Vec<serde_json::Value> =
+        String::from_utf8_lossy(&output.stdout).lines().filter_map(|line| serde_json::from_str(line).ok()).collect();
+    for message in &messages {
         if let (true, Some(rendered)) =
             (message["reason"] == "compiler-message", message["message"]["rendered"].as_str())
         {
@@ -166,8 +166,7 @@ pub(crate) fn build_test_binaries(
     // Another package may have a test of the same name (providers' bespoke broker tests).
     let manifest = workspace.join("generated").join("Cargo.toml");
     let mut executables = BTreeMap::new();
-    for line in messages.lines() {
-        let Ok(message) = serde_json::from_str::<serde_json::Value>(line) else { continue };
+    for message in &messages {
         let name = message["target"]["name"].as_str().unwrap_or_default();
         let generated = message["manifest_path"].as_str().is_some_and(|path| Path::new(path) == manifest);
         if let (true, true, Some(executable)) =
