@@ -14,7 +14,7 @@ use gateway::transport::postgres::PostgresConnection;
 use gateway::{Channel, Message, MessageType, Producer, Subscription};
 
 mod support;
-use support::{receive, unique};
+use support::{receive, unique, KeptFolder};
 
 fn connection() -> &'static PostgresConnection {
     providers::postgres::connection()
@@ -250,10 +250,10 @@ async fn concurrent_receivers_never_take_the_same_row() {
 /// server as `Refused` on every call, and a consumer connects again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_restart_between_deliveries_keeps_the_count_and_the_budget_fires_on_the_third() {
-    let folder = std::env::temp_dir().join(unique("restarted-cluster"));
+    let folder = KeptFolder::new("restarted-cluster");
     let port = providers::local::free_loopback_port();
     let url = providers::postgres::url_at(port);
-    let start = || providers::postgres::start_kept(&folder, port).unwrap_or_else(|e| panic!("{e}"));
+    let start = || providers::postgres::start_kept(&folder.0, port).unwrap_or_else(|e| panic!("{e}"));
     let queue = unique("restart");
     let dead_letter = format!("{queue}-dlq");
     let subscription =
@@ -310,5 +310,4 @@ async fn a_server_restart_between_deliveries_keeps_the_count_and_the_budget_fire
     assert_eq!(copy.header.bag.get(keys::REJECTION_REASON), Some(&"DeliveryError".into()));
     dead_letters.acknowledge(&copy).await.unwrap();
     server.stop(Duration::from_secs(30)).unwrap_or_else(|e| panic!("{e}"));
-    let _ = std::fs::remove_dir_all(&folder);
 }

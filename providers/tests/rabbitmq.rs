@@ -18,7 +18,7 @@ use gateway::transport::rabbitmq::{
 use gateway::{Channel, Message, MessageType, Producer, Subscription};
 
 mod support;
-use support::{receive, unique};
+use support::{receive, unique, KeptFolder};
 
 fn connection() -> &'static RabbitMqConnection {
     providers::rabbitmq::connection()
@@ -301,10 +301,10 @@ async fn an_unreadable_message_is_routed_as_unacceptable() {
 /// lost node, also once it is back, and a consumer connects again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_restart_between_deliveries_keeps_the_quorum_count_and_the_budget_fires_on_the_third() {
-    let folder = std::env::temp_dir().join(unique("restarted-node"));
+    let folder = KeptFolder::new("restarted-node");
     let amqp = providers::rabbitmq::free_kept_port();
     let url = providers::rabbitmq::url_at(amqp);
-    let start = || providers::rabbitmq::start_kept(&folder, amqp).unwrap_or_else(|e| panic!("{e}"));
+    let start = || providers::rabbitmq::start_kept(&folder.0, amqp).unwrap_or_else(|e| panic!("{e}"));
     let queue = unique("restart");
     let dead_letter = format!("{queue}-dlq");
     let subscription =
@@ -353,5 +353,4 @@ async fn a_node_restart_between_deliveries_keeps_the_quorum_count_and_the_budget
     dead_letters.acknowledge(&copy).await.unwrap();
     assert!(receive(&*consumer, sent.id(), Duration::from_secs(1)).await.is_none(), "the original came back");
     node.stop(Duration::from_secs(60)).unwrap_or_else(|e| panic!("{e}"));
-    let _ = std::fs::remove_dir_all(&folder);
 }

@@ -15,7 +15,7 @@ use gateway::transport::redis::{RedisConnection, RedisSubscription};
 use gateway::{Channel, Message, MessageType, Producer, Subscription};
 
 mod support;
-use support::{receive, unique};
+use support::{receive, unique, KeptFolder};
 
 fn connection() -> &'static RedisConnection {
     providers::redis::connection()
@@ -213,10 +213,10 @@ async fn an_unreadable_entry_is_routed_as_unacceptable() {
 /// lost server as `Refused`, also once it is back, and a consumer connects again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_restart_between_deliveries_keeps_the_count_and_the_budget_fires_on_the_third() {
-    let folder = std::env::temp_dir().join(unique("restarted-redis"));
+    let folder = KeptFolder::new("restarted-redis");
     let port = providers::local::free_loopback_port();
     let url = providers::redis::url_at(port);
-    let start = || providers::redis::start_kept(&folder, port).unwrap_or_else(|e| panic!("{e}"));
+    let start = || providers::redis::start_kept(&folder.0, port).unwrap_or_else(|e| panic!("{e}"));
     let stream = unique("restart");
     let dead_letter = format!("{stream}-dlq");
     let subscription =
@@ -268,5 +268,4 @@ async fn a_server_restart_between_deliveries_keeps_the_count_and_the_budget_fire
     dead_letters.acknowledge(&copy).await.unwrap();
     assert!(receive(&*consumer, sent.id(), Duration::from_secs(1)).await.is_none(), "the original came back");
     server.stop(Duration::from_secs(30)).unwrap_or_else(|e| panic!("{e}"));
-    let _ = std::fs::remove_dir_all(&folder);
 }

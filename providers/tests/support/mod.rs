@@ -13,6 +13,22 @@ pub fn unique(name: &str) -> String {
     format!("bespoke-{name}-{}", &uuid::Uuid::new_v4().simple().to_string()[..8])
 }
 
+/// A folder under the system's temporary directory, named uniquely, deleted when dropped (a
+/// failing test's too): a restarted broker's kept storage.
+pub struct KeptFolder(pub std::path::PathBuf);
+
+impl KeptFolder {
+    pub fn new(name: &str) -> KeptFolder {
+        KeptFolder(std::env::temp_dir().join(unique(name)))
+    }
+}
+
+impl Drop for KeptFolder {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 /// The next delivery of `id`, polling every 500 ms until `ceiling`.
 pub async fn receive(channel: &dyn Channel, id: &str, ceiling: Duration) -> Option<Message> {
     let deadline = tokio::time::Instant::now() + ceiling;
