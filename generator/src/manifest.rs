@@ -62,8 +62,8 @@ pub struct ConfigurationEntry {
     #[serde(default)]
     pub single_consumer: bool,
     /// The channel reads messages ahead of the pump (a Pub/Sub stream): a cell's own channel
-    /// may have the broker's first delivery before another consumer's stream opens (a race), so
-    /// another process's delivery presents 0 or 1; without it, always 0 (DC-4 checks it).
+    /// has the broker's first delivery before any other consumer starts, so another process's
+    /// delivery presents at least 1; without it, exactly 0 (DC-4 checks both).
     #[serde(default)]
     pub reads_ahead: bool,
     /// The slowest measured time from a nack or a zero-delay requeue to the redelivery's arrival
