@@ -14,7 +14,7 @@ use gateway::transport::postgres::PostgresConnection;
 use gateway::{Channel, Message, MessageType, Producer, Subscription};
 
 mod support;
-use support::{receive, unique, KeptFolder};
+use support::{assert_refused, defer_twice, receive, third_delivery_spends_the_budget, unique, KeptFolder};
 
 fn connection() -> &'static PostgresConnection {
     providers::postgres::connection()
@@ -270,44 +270,20 @@ async fn a_server_restart_between_deliveries_keeps_the_count_and_the_budget_fire
     let consumer = channel_on(&before, &subscription).await;
     let sent = Message::new(&queue, MessageType::Command, "under a budget of 3");
     before.producer().send(&sent).await.unwrap();
-    // The pumps' own decision on a handler's Defer, delivery by delivery.
-    let defer =
-        |message: &mut Message| gateway::pump::decide(message, Ok(gateway::pump::Outcome::Defer), &subscription);
-    let mut presented = Vec::new();
-    for delivery in 1..=2 {
-        let mut received = receive(&*consumer, sent.id(), Duration::from_secs(10)).await.expect("delivered");
-        presented.push(received.header.handled_count);
-        let action = defer(&mut received);
-        assert_eq!(action, gateway::pump::Action::Requeue(Duration::ZERO), "delivery {delivery} is within the budget");
-        consumer.requeue(&received, Duration::ZERO).await.unwrap();
-    }
+    let presented = defer_twice(&*consumer, &subscription, sent.id()).await;
 
     server.stop(Duration::from_secs(30)).unwrap_or_else(|e| panic!("{e}"));
-    let lost = consumer.receive(Duration::from_millis(500)).await.unwrap_err();
-    assert_eq!(lost.kind(), Some(ErrorKind::Refused), "the old channel reports the lost server: {lost}");
+    assert_refused(&*consumer, "the server stopped").await;
     let server = start();
-    let lost = consumer.receive(Duration::from_millis(500)).await.unwrap_err();
-    assert_eq!(lost.kind(), Some(ErrorKind::Refused), "the old connection is not made again: {lost}");
+    assert_refused(&*consumer, "the server back").await;
 
     let after = PostgresConnection::connect(&url).await.expect("connect again");
     let consumer = channel_on(&after, &subscription).await;
-    let mut third = receive(&*consumer, sent.id(), Duration::from_secs(10)).await.expect("kept across the restart");
-    presented.push(third.header.handled_count);
-    assert_eq!(presented, [0, 1, 2], "the count continues across the restart");
-    let gateway::pump::Action::Reject(rejection) = defer(&mut third) else {
-        panic!("the third delivery spends the budget of 3, yet the pumps' rule did not reject it")
-    };
-    assert!(consumer.reject(&third, rejection.as_ref()).await.unwrap(), "a copy is routed");
-
+    let dead_letters = channel_on(&after, &Subscription::new(format!("{dead_letter}-reader"), &dead_letter)).await;
+    third_delivery_spends_the_budget(&*consumer, &*dead_letters, &subscription, sent.id(), presented).await;
     let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.expect("connect");
     tokio::spawn(connection);
     assert!(counters(&client, &queue).await.is_empty(), "the original is still there");
-    assert_eq!(counters(&client, &dead_letter).await, [0], "exactly one copy, not yet received");
-    let reader = Subscription::new(format!("{dead_letter}-reader"), &dead_letter);
-    let dead_letters = channel_on(&after, &reader).await;
-    let copy = receive(&*dead_letters, sent.id(), Duration::from_secs(10)).await.expect("the copy");
-    assert_eq!(copy.header.handled_count, 3, "the copy keeps the stamped count");
-    assert_eq!(copy.header.bag.get(keys::REJECTION_REASON), Some(&"DeliveryError".into()));
-    dead_letters.acknowledge(&copy).await.unwrap();
+    assert!(counters(&client, &dead_letter).await.is_empty(), "a copy is left");
     server.stop(Duration::from_secs(30)).unwrap_or_else(|e| panic!("{e}"));
 }

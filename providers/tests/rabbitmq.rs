@@ -8,7 +8,6 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use gateway::error::ErrorKind;
 use gateway::rejection::{keys, Rejection};
 use gateway::transport::rabbitmq::lapin::options::{BasicGetOptions, BasicNackOptions, BasicRejectOptions};
 use gateway::transport::rabbitmq::lapin::{Connection, ConnectionProperties};
@@ -18,7 +17,7 @@ use gateway::transport::rabbitmq::{
 use gateway::{Channel, Message, MessageType, Producer, Subscription};
 
 mod support;
-use support::{receive, unique, KeptFolder};
+use support::{assert_refused, defer_twice, receive, third_delivery_spends_the_budget, unique, KeptFolder};
 
 fn connection() -> &'static RabbitMqConnection {
     providers::rabbitmq::connection()
@@ -318,39 +317,16 @@ async fn a_node_restart_between_deliveries_keeps_the_quorum_count_and_the_budget
     drop(before.channel(&on_quorum(&reader)).await.expect("the dead-letter queue, declared"));
     let sent = Message::new(&queue, MessageType::Command, "under a budget of 3");
     before.producer().send(&sent).await.unwrap();
-    // The pumps' own decision on a handler's Defer, delivery by delivery.
-    let defer =
-        |message: &mut Message| gateway::pump::decide(message, Ok(gateway::pump::Outcome::Defer), &subscription);
-    let mut presented = Vec::new();
-    for delivery in 1..=2 {
-        let mut received = receive(&*consumer, sent.id(), Duration::from_secs(10)).await.expect("delivered");
-        presented.push(received.header.handled_count);
-        let action = defer(&mut received);
-        assert_eq!(action, gateway::pump::Action::Requeue(Duration::ZERO), "delivery {delivery} is within the budget");
-        consumer.requeue(&received, Duration::ZERO).await.unwrap();
-    }
+    let presented = defer_twice(&*consumer, &subscription, sent.id()).await;
 
     node.stop(Duration::from_secs(60)).unwrap_or_else(|e| panic!("{e}"));
-    let lost = consumer.receive(Duration::from_millis(500)).await.unwrap_err();
-    assert_eq!(lost.kind(), Some(ErrorKind::Refused), "the old channel reports the lost node: {lost}");
+    assert_refused(&*consumer, "the node stopped").await;
     let node = start();
-    let lost = consumer.receive(Duration::from_millis(500)).await.unwrap_err();
-    assert_eq!(lost.kind(), Some(ErrorKind::Refused), "the old connection is not made again: {lost}");
+    assert_refused(&*consumer, "the node back").await;
 
     let after = RabbitMqConnection::connect(&url).await.expect("connect again");
     let consumer = after.channel(&on_quorum(&subscription)).await.expect("channel");
-    let mut third = receive(&*consumer, sent.id(), Duration::from_secs(10)).await.expect("kept across the restart");
-    presented.push(third.header.handled_count);
-    assert_eq!(presented, [0, 1, 2], "the count continues across the restart");
-    let gateway::pump::Action::Reject(rejection) = defer(&mut third) else {
-        panic!("the third delivery spends the budget of 3, yet the pumps' rule did not reject it")
-    };
-    assert!(consumer.reject(&third, rejection.as_ref()).await.unwrap(), "a copy is routed");
     let dead_letters = after.channel(&on_quorum(&reader)).await.expect("channel");
-    let copy = receive(&*dead_letters, sent.id(), Duration::from_secs(10)).await.expect("the copy");
-    assert_eq!(copy.header.handled_count, 3, "the copy keeps the stamped count");
-    assert_eq!(copy.header.bag.get(keys::REJECTION_REASON), Some(&"DeliveryError".into()));
-    dead_letters.acknowledge(&copy).await.unwrap();
-    assert!(receive(&*consumer, sent.id(), Duration::from_secs(1)).await.is_none(), "the original came back");
+    third_delivery_spends_the_budget(&*consumer, &*dead_letters, &subscription, sent.id(), presented).await;
     node.stop(Duration::from_secs(60)).unwrap_or_else(|e| panic!("{e}"));
 }

@@ -7,7 +7,10 @@ use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use gateway::{Channel, Message};
+use gateway::error::ErrorKind;
+use gateway::pump::{decide, Action, Outcome};
+use gateway::rejection::keys;
+use gateway::{Channel, Message, Subscription};
 
 pub fn unique(name: &str) -> String {
     format!("bespoke-{name}-{}", &uuid::Uuid::new_v4().simple().to_string()[..8])
@@ -63,4 +66,50 @@ pub fn captured_logs(work: impl FnOnce()) -> String {
     tracing::subscriber::with_default(subscriber, work);
     let bytes = captured.0.lock().unwrap().clone();
     String::from_utf8(bytes).unwrap()
+}
+
+/// The restart tests' first half: `id` received twice on `consumer` and deferred each time by
+/// the pumps' own rule, within `subscription`'s budget of 3. Returns the counts presented.
+pub async fn defer_twice(consumer: &dyn Channel, subscription: &Subscription, id: &str) -> Vec<u32> {
+    let mut presented = Vec::new();
+    for delivery in 1..=2 {
+        let mut received = receive(consumer, id, Duration::from_secs(10)).await.expect("delivered");
+        presented.push(received.header.handled_count);
+        let action = decide(&mut received, Ok(Outcome::Defer), subscription);
+        assert_eq!(action, Action::Requeue(Duration::ZERO), "delivery {delivery} is within the budget");
+        consumer.requeue(&received, Duration::ZERO).await.unwrap();
+    }
+    presented
+}
+
+/// A channel whose broker went away reports it as `Refused`: the gateway does not reconnect.
+pub async fn assert_refused(channel: &dyn Channel, moment: &str) {
+    let lost = channel.receive(Duration::from_millis(500)).await.unwrap_err();
+    assert_eq!(lost.kind(), Some(ErrorKind::Refused), "{moment}, the old channel reports the lost broker: {lost}");
+}
+
+/// The restart tests' second half, on a new connection's `consumer`: the third delivery of `id`
+/// presents 2 after the first two `presented` (the count continued across the restart), the
+/// pumps' rule rejects it, and `dead_letters` receives exactly one copy, stamped 3; the original
+/// does not come back.
+pub async fn third_delivery_spends_the_budget(
+    consumer: &dyn Channel,
+    dead_letters: &dyn Channel,
+    subscription: &Subscription,
+    id: &str,
+    mut presented: Vec<u32>,
+) {
+    let mut third = receive(consumer, id, Duration::from_secs(10)).await.expect("kept across the restart");
+    presented.push(third.header.handled_count);
+    assert_eq!(presented, [0, 1, 2], "the count continues across the restart");
+    let Action::Reject(rejection) = decide(&mut third, Ok(Outcome::Defer), subscription) else {
+        panic!("the third delivery spends the budget of 3, yet the pumps' rule did not reject it")
+    };
+    assert!(consumer.reject(&third, rejection.as_ref()).await.unwrap(), "a copy is routed");
+    let copy = receive(dead_letters, id, Duration::from_secs(10)).await.expect("the copy");
+    assert_eq!(copy.header.handled_count, 3, "the copy keeps the stamped count");
+    assert_eq!(copy.header.bag.get(keys::REJECTION_REASON), Some(&"DeliveryError".into()));
+    dead_letters.acknowledge(&copy).await.unwrap();
+    assert!(receive(dead_letters, id, Duration::from_secs(1)).await.is_none(), "a second copy was routed");
+    assert!(receive(consumer, id, Duration::from_secs(1)).await.is_none(), "the original came back");
 }
