@@ -29,6 +29,7 @@ use crate::source::{self, Definition, Running};
 pub const REDIS_SERVER: &str = "/usr/bin/redis-server";
 
 struct Broker {
+    url: String,
     connection: RedisConnection,
     _running: Running,
 }
@@ -85,13 +86,18 @@ fn broker() -> &'static Broker {
         let address = url.clone();
         let connection =
             source::require_answer("redis", &running, &url, async move { RedisConnection::connect(&address).await });
-        Broker { connection, _running: running }
+        Broker { url, connection, _running: running }
     })
 }
 
 /// The connection to this binary's Redis server, for bespoke tests.
 pub fn connection() -> &'static RedisConnection {
     &broker().connection
+}
+
+/// The URL of this binary's Redis server, for bespoke tests that connect on their own.
+pub fn url() -> &'static str {
+    &broker().url
 }
 
 pub struct RedisConfiguration {

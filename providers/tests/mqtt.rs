@@ -16,6 +16,7 @@ use gateway::transport::mqtt::MqttConnection;
 use gateway::{Channel, Message, MessageType, Producer, Subscription};
 
 mod support;
+use support::proxy::proxied;
 use support::{receive, unique};
 
 fn connection() -> &'static MqttConnection {
@@ -207,4 +208,29 @@ async fn a_session_taken_over_ends_its_channel_instead_of_fighting_for_it() {
     assert_eq!(error.kind(), Some(ErrorKind::Refused), "{error}");
     assert!(error.to_string().contains("the-rival"), "the error names the other claim: {error}");
     assert_eq!(rival_events.await.unwrap(), 1, "the rival connected once and kept the session");
+}
+
+/// Every connection between the gateway and the broker is reset (a TCP RST, through a proxy)
+/// after a receive and before its acknowledge. The MQTT session reconnects on its own (a
+/// persistent session) and the broker resends what it holds unacknowledged: the same channel
+/// receives the message again, presenting 0, since MQTT carries no count. The acknowledge made
+/// over the broken connection returned `Ok`: a QoS 1 `PUBACK` has no reply, so it is queued, never
+/// confirmed, and one lost with its connection shows only as the resend. Measured on mosquitto
+/// 2.0.11: one resend, then nothing once the resend is acknowledged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_reset_before_the_acknowledge_resends_on_the_reconnected_session_uncounted() {
+    let (proxy, url) = proxied(&format!("tcp://{}", providers::mqtt::address())).await;
+    let through_proxy =
+        MqttConnection::connect(url.trim_start_matches("tcp://")).await.expect("connect through the proxy");
+    let topic = unique("reset");
+    let consumer = through_proxy.channel(&session(&topic)).await.unwrap();
+    let sent = Message::new(&topic, MessageType::Command, "unsettled when the connection breaks");
+    connection().producer().send(&sent).await.unwrap();
+    let received = receive(&*consumer, sent.id(), Duration::from_secs(10)).await.expect("delivered");
+    assert!(proxy.reset_all().await > 0, "the session's connection goes through the proxy");
+    consumer.acknowledge(&received).await.expect("a PUBACK is queued, never confirmed");
+    let again = receive(&*consumer, sent.id(), Duration::from_secs(10)).await.expect("resent after the reconnect");
+    assert_eq!(again.header.handled_count, 0, "MQTT has no counter: the resend presents the header's count");
+    consumer.acknowledge(&again).await.unwrap();
+    assert!(receive(&*consumer, sent.id(), Duration::from_secs(3)).await.is_none(), "acknowledged, yet resent");
 }

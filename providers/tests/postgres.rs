@@ -10,11 +10,15 @@ use std::time::{Duration, Instant};
 
 use gateway::error::ErrorKind;
 use gateway::rejection::{keys, Rejection};
-use gateway::transport::postgres::PostgresConnection;
+use gateway::transport::postgres::{PostgresConnection, PostgresSubscription};
 use gateway::{Channel, Message, MessageType, Producer, Subscription};
 
 mod support;
-use support::{assert_refused, defer_twice, receive, third_delivery_spends_the_budget, unique, KeptFolder};
+use support::proxy::proxied;
+use support::{
+    assert_refused, comes_back_counted, defer_twice, receive, reset_before_acknowledge,
+    third_delivery_spends_the_budget, unique, KeptFolder,
+};
 
 fn connection() -> &'static PostgresConnection {
     providers::postgres::connection()
@@ -259,7 +263,7 @@ async fn a_server_restart_between_deliveries_keeps_the_count_and_the_budget_fire
     let subscription =
         Subscription::new(format!("{queue}-sub"), &queue).with_requeue_count(3).with_dead_letter(&dead_letter);
     let channel_on = async |connection: &PostgresConnection, subscription: &Subscription| {
-        let mut on_postgres = gateway::transport::postgres::PostgresSubscription::new(subscription.clone());
+        let mut on_postgres = PostgresSubscription::new(subscription.clone());
         on_postgres.lease = Duration::from_secs(20);
         connection.channel(&on_postgres).await.expect("channel")
     };
@@ -286,4 +290,30 @@ async fn a_server_restart_between_deliveries_keeps_the_count_and_the_budget_fire
     assert!(counters(&client, &queue).await.is_empty(), "the original is still there");
     assert!(counters(&client, &dead_letter).await.is_empty(), "a copy is left");
     server.stop(Duration::from_secs(30)).unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// Every connection between the gateway and the server is reset (a TCP RST, through a proxy)
+/// after a receive and before its acknowledge. The acknowledge fails `Refused`; the row stays
+/// leased until its lease lapses, then a channel on a new connection receives it presenting 1,
+/// the row's counter having counted the lost delivery. The gateway does not reconnect: the old
+/// channel's next receive is `Refused` too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_reset_before_the_acknowledge_brings_the_message_back_counted() {
+    let (proxy, url) = proxied(providers::postgres::url()).await;
+    let queue = unique("reset");
+    let lease = Duration::from_secs(2);
+    let on = async |connection: &PostgresConnection| {
+        let mut subscription = PostgresSubscription::new(Subscription::new(format!("{queue}-sub"), &queue));
+        subscription.lease = lease;
+        connection.channel(&subscription).await.expect("channel")
+    };
+    let through_proxy = PostgresConnection::connect(&url).await.expect("connect through the proxy");
+    let consumer = on(&through_proxy).await;
+    let sent = Message::new(&queue, MessageType::Command, "unsettled when the connection breaks");
+    connection().producer().send(&sent).await.unwrap();
+    let received = receive(&*consumer, sent.id(), Duration::from_secs(10)).await.expect("delivered");
+    reset_before_acknowledge(&proxy, &*consumer, &received).await;
+    assert_refused(&*consumer, "after the reset").await;
+    let waited = comes_back_counted(&*on(connection()).await, sent.id(), lease * 5).await;
+    eprintln!("came back {waited:?} after the reset (lease {lease:?})");
 }

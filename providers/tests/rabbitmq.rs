@@ -17,7 +17,11 @@ use gateway::transport::rabbitmq::{
 use gateway::{Channel, Message, MessageType, Producer, Subscription};
 
 mod support;
-use support::{assert_refused, defer_twice, receive, third_delivery_spends_the_budget, unique, KeptFolder};
+use support::proxy::proxied;
+use support::{
+    assert_refused, comes_back_counted, defer_twice, receive, reset_before_acknowledge,
+    third_delivery_spends_the_budget, unique, KeptFolder,
+};
 
 fn connection() -> &'static RabbitMqConnection {
     providers::rabbitmq::connection()
@@ -329,4 +333,50 @@ async fn a_node_restart_between_deliveries_keeps_the_quorum_count_and_the_budget
     let dead_letters = after.channel(&on_quorum(&reader)).await.expect("channel");
     third_delivery_spends_the_budget(&*consumer, &*dead_letters, &subscription, sent.id(), presented).await;
     node.stop(Duration::from_secs(60)).unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// Every connection between the gateway and the node is reset (a TCP RST, through a proxy) after
+/// a receive and before its acknowledge. The acknowledge fails `Refused`; the node returns the
+/// unacknowledged message to its queue when it sees the connection gone, at once, and a channel
+/// on a new connection receives it again. A quorum queue counts that return: the message
+/// presents 1. The gateway does not reconnect: the old channel's next receive is `Refused` too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_reset_before_the_acknowledge_brings_a_quorum_message_back_counted() {
+    let (proxy, url) = proxied(providers::rabbitmq::url()).await;
+    let queue = unique("reset-quorum");
+    let subscription = RabbitMqSubscription::quorum(Subscription::new(format!("{queue}-sub"), &queue), None);
+    let through_proxy = RabbitMqConnection::connect(&url).await.expect("connect through the proxy");
+    let consumer = through_proxy.channel(&subscription).await.unwrap();
+    let sent = Message::new(&queue, MessageType::Command, "unsettled when the connection breaks");
+    connection().producer().send(&sent).await.unwrap();
+    let received = receive(&*consumer, sent.id(), Duration::from_secs(10)).await.expect("delivered");
+    reset_before_acknowledge(&proxy, &*consumer, &received).await;
+    assert_refused(&*consumer, "after the reset").await;
+    let recovered = connection().channel(&subscription).await.unwrap();
+    let waited = comes_back_counted(&*recovered, sent.id(), Duration::from_secs(10)).await;
+    eprintln!("came back {waited:?} after the reset");
+}
+
+/// The same reset on a classic queue, which keeps no delivery counter: the node re-serves its
+/// stored copy, whose header still carries the count the gateway sent (0). This is the fact ADR
+/// 0077 names for brokers without a counter: a delivery lost with its connection is not counted,
+/// so a budget on a classic queue counts only the returns the gateway made (requeue and nack
+/// republish with the count grown). Recorded, not hidden: the message comes back presenting 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_reset_before_the_acknowledge_brings_a_classic_message_back_uncounted() {
+    let (proxy, url) = proxied(providers::rabbitmq::url()).await;
+    let queue = unique("reset-classic");
+    let subscription = RabbitMqSubscription::classic(Subscription::new(format!("{queue}-sub"), &queue));
+    let through_proxy = RabbitMqConnection::connect(&url).await.expect("connect through the proxy");
+    let consumer = through_proxy.channel(&subscription).await.unwrap();
+    let sent = Message::new(&queue, MessageType::Command, "unsettled when the connection breaks");
+    connection().producer().send(&sent).await.unwrap();
+    let received = receive(&*consumer, sent.id(), Duration::from_secs(10)).await.expect("delivered");
+    reset_before_acknowledge(&proxy, &*consumer, &received).await;
+    assert_refused(&*consumer, "after the reset").await;
+    let recovered = connection().channel(&subscription).await.unwrap();
+    let again =
+        receive(&*recovered, sent.id(), Duration::from_secs(10)).await.expect("the unsettled message comes back");
+    assert_eq!(again.header.handled_count, 0, "a classic queue has no counter: the stored copy's count");
+    recovered.acknowledge(&again).await.unwrap();
 }

@@ -14,7 +14,11 @@ use gateway::transport::redis::{RedisConnection, RedisSubscription};
 use gateway::{Channel, Message, MessageType, Producer, Subscription};
 
 mod support;
-use support::{assert_refused, defer_twice, receive, third_delivery_spends_the_budget, unique, KeptFolder};
+use support::proxy::proxied;
+use support::{
+    assert_refused, comes_back_counted, defer_twice, receive, reset_before_acknowledge,
+    third_delivery_spends_the_budget, unique, KeptFolder,
+};
 
 fn connection() -> &'static RedisConnection {
     providers::redis::connection()
@@ -244,4 +248,30 @@ async fn a_server_restart_between_deliveries_keeps_the_count_and_the_budget_fire
     let dead_letters = channel_on(&after, &Subscription::new(format!("{dead_letter}-reader"), &dead_letter)).await;
     third_delivery_spends_the_budget(&*consumer, &*dead_letters, &subscription, sent.id(), presented).await;
     server.stop(Duration::from_secs(30)).unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// Every connection between the gateway and the server is reset (a TCP RST, through a proxy)
+/// after a receive and before its acknowledge. The acknowledge fails `Refused`; the entry stays
+/// pending with the group until it has been idle for the lease, then a channel on a new
+/// connection claims it presenting 1 (the group's times-delivered counter counted the lost
+/// delivery). The gateway does not reconnect: the old channel's next receive is `Refused` too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_reset_before_the_acknowledge_brings_the_message_back_counted() {
+    let (proxy, url) = proxied(providers::redis::url()).await;
+    let stream = unique("reset");
+    let lease = Duration::from_secs(2);
+    let on = async |connection: &RedisConnection| {
+        let mut subscription = RedisSubscription::new(Subscription::new(format!("{stream}-group"), &stream));
+        subscription.lease = lease;
+        connection.channel(&subscription).await.expect("channel")
+    };
+    let through_proxy = RedisConnection::connect(&url).await.expect("connect through the proxy");
+    let consumer = on(&through_proxy).await;
+    let sent = Message::new(&stream, MessageType::Command, "unsettled when the connection breaks");
+    connection().producer().send(&sent).await.unwrap();
+    let received = receive(&*consumer, sent.id(), Duration::from_secs(10)).await.expect("delivered");
+    reset_before_acknowledge(&proxy, &*consumer, &received).await;
+    assert_refused(&*consumer, "after the reset").await;
+    let waited = comes_back_counted(&*on(connection()).await, sent.id(), lease * 5).await;
+    eprintln!("came back {waited:?} after the reset (lease {lease:?})");
 }

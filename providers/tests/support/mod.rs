@@ -113,3 +113,29 @@ pub async fn third_delivery_spends_the_budget(
     assert!(receive(dead_letters, id, Duration::from_secs(1)).await.is_none(), "a second copy was routed");
     assert!(receive(consumer, id, Duration::from_secs(1)).await.is_none(), "the original came back");
 }
+pub mod proxy;
+
+/// The connection-reset tests' first half: `received` (delivered on `consumer`, whose connection
+/// goes through `proxy`) is not settled when every connection through the proxy is reset; the
+/// acknowledge then reports the lost connection as `Refused`: it never claims a settlement the
+/// broker did not make.
+pub async fn reset_before_acknowledge(proxy: &proxy::FaultProxy, consumer: &dyn Channel, received: &Message) {
+    assert_eq!(received.header.handled_count, 0, "a first delivery presents 0");
+    assert!(proxy.reset_all().await > 0, "the consumer's connection goes through the proxy");
+    let lost = consumer.acknowledge(received).await.expect_err("acknowledged over a reset connection");
+    assert_eq!(lost.kind(), Some(ErrorKind::Refused), "the acknowledge reports the lost connection: {lost}");
+}
+
+/// The connection-reset tests' second half, on `consumer` (a new connection's channel): the
+/// unsettled message `id` comes back within `ceiling`, presenting 1, the broker having counted
+/// the delivery whose connection broke; acknowledged, it does not come again. Returns how long
+/// it took to come back.
+pub async fn comes_back_counted(consumer: &dyn Channel, id: &str, ceiling: Duration) -> Duration {
+    let started = std::time::Instant::now();
+    let again = receive(consumer, id, ceiling).await.expect("the unsettled message comes back");
+    let waited = started.elapsed();
+    assert_eq!(again.header.handled_count, 1, "the delivery on the reset connection is counted");
+    consumer.acknowledge(&again).await.unwrap();
+    assert!(receive(consumer, id, Duration::from_secs(2)).await.is_none(), "acknowledged, yet delivered again");
+    waited
+}
