@@ -24,6 +24,7 @@ pub const NATIVE_REDRIVE_LIMIT: u32 = 5;
 pub const PROJECT: &str = "conformance";
 
 struct Broker {
+    endpoint: String,
     connection: GcpConnection,
     _running: Running,
 }
@@ -59,13 +60,19 @@ fn broker() -> &'static Broker {
             GcpConnection::emulator(&endpoint, PROJECT).unwrap_or_else(|e| crate::broker::fatal("gcp", &e));
         let probe = connection.clone();
         source::require_answer("gcp", &running, &host, async move { probe.create_topic("conformance-probe").await });
-        Broker { connection, _running: running }
+        Broker { endpoint, connection, _running: running }
     })
 }
 
 /// The connection to this binary's Pub/Sub broker, for bespoke tests.
 pub fn connection() -> &'static GcpConnection {
     &broker().connection
+}
+
+/// The emulator's URL (`http://host:port`) and the project, for bespoke tests that connect on
+/// their own.
+pub fn endpoint() -> (&'static str, &'static str) {
+    (&broker().endpoint, PROJECT)
 }
 
 pub struct GcpConfiguration {

@@ -25,6 +25,7 @@ use contract::Implementation;
 pub const NATIVE_REDRIVE_LIMIT: u32 = 5;
 
 struct Broker {
+    endpoint: String,
     connection: SqsConnection,
     _running: Running,
 }
@@ -111,7 +112,7 @@ fn broker() -> &'static Broker {
         source::require_answer("sqs", &running, &endpoint, async move {
             gateway::GatewayRuntime::shared().call(async move { client.list_queues().send().await }).await.map(drop)
         });
-        Broker { connection, _running: running }
+        Broker { endpoint, connection, _running: running }
     })
 }
 
@@ -126,6 +127,11 @@ fn endpoint_of(running: &Running) -> String {
 /// The connection to this binary's SQS broker, for bespoke tests.
 pub fn connection() -> &'static SqsConnection {
     &broker().connection
+}
+
+/// The URL of this binary's SQS endpoint, for bespoke tests that connect on their own.
+pub fn endpoint() -> &'static str {
+    &broker().endpoint
 }
 
 pub struct SqsConfiguration {

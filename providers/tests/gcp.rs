@@ -3,13 +3,16 @@
 //! and R-11: a subscription without a policy cannot count, is warned about once when its
 //! channel is created, and never on the receive path.
 
+use std::sync::Arc;
 use std::time::Duration;
 
+use gateway::error::ErrorKind;
 use gateway::transport::gcp::{Consumption, GcpConnection, GcpSubscription};
-use gateway::{Message, MessageType, Producer, Subscription};
+use gateway::{Channel, Message, MessageType, Producer, Subscription};
 
 mod support;
-use support::{captured_logs, receive, unique};
+use support::proxy::{proxied, FaultProxy};
+use support::{captured_logs, comes_back_counted, receive, unique};
 
 fn connection() -> &'static GcpConnection {
     providers::gcp::connection()
@@ -119,4 +122,90 @@ fn r11_is_warned_once_at_channel_creation_and_never_on_receive() {
     assert!(warnings[0].contains("no DeadLetterPolicy") && warnings[0].contains("requeue_count 3"), "{}", warnings[0]);
     let counted = subscription(&unique("r11-counted"), Consumption::Pull, true);
     assert!(gateway::budget::validate(&counted.subscription, Some(&counted)).is_empty());
+}
+
+/// A subscription through a proxy to the emulator, a message sent to it and received once.
+async fn received_through_a_proxy(consumption: Consumption) -> (FaultProxy, Arc<dyn Channel>, Message) {
+    let (endpoint, project) = providers::gcp::endpoint();
+    let (proxy, url) = proxied(endpoint).await;
+    let through_proxy = GcpConnection::emulator(&url, project).unwrap();
+    let topic = unique("reset");
+    let consumer = through_proxy.channel(&subscription(&topic, consumption, true)).await.unwrap();
+    let sent = Message::new(&topic, MessageType::Command, "unsettled when the connection breaks");
+    connection().producer(false).send(&sent).await.unwrap();
+    let received = receive(&*consumer, sent.id(), Duration::from_secs(10)).await.expect("delivered");
+    (proxy, consumer, received)
+}
+
+/// Pull: every connection between the gateway and the emulator is reset (a TCP RST, through a
+/// proxy) after a receive and before its acknowledge. The gRPC channel connects again by itself
+/// once it has seen the connection end, so the acknowledge has two honest outcomes, both
+/// checked, and which one comes is a race between the reset reaching the client's connection
+/// task and the acknowledge: it succeeds on a new connection (a real ack: nothing comes back
+/// after the ack deadline), or it fails `Refused` and the message comes back on the same
+/// channel once its ack deadline lapses, presenting 1 (Pub/Sub counted the delivery whose
+/// connection broke). tonic reports the broken call as `Cancelled`; the gateway called it
+/// `Rejected`, the broker's answer, until this test.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pull_a_connection_reset_before_the_acknowledge_is_reported_or_survived() {
+    let (proxy, consumer, received) = received_through_a_proxy(Consumption::Pull).await;
+    assert_eq!(received.header.handled_count, 0);
+    assert!(proxy.reset_all().await > 0, "the consumer's connection goes through the proxy");
+    match consumer.acknowledge(&received).await {
+        Ok(()) => {
+            let lapsed = Duration::from_secs(15);
+            assert!(receive(&*consumer, received.id(), lapsed).await.is_none(), "acknowledged, yet redelivered");
+            eprintln!("the acknowledge went on a new connection");
+        }
+        Err(lost) => {
+            assert_eq!(lost.kind(), Some(ErrorKind::Refused), "the acknowledge reports the lost connection: {lost}");
+            let waited = comes_back_counted(&*consumer, received.id(), Duration::from_secs(20)).await;
+            eprintln!("the acknowledge failed Refused; came back {waited:?} later (ack deadline 10 s)");
+        }
+    }
+}
+
+/// Stream: the same reset. The subscriber opens its stream again on its own and sends the
+/// acknowledge it was given: it returns `Ok` and the message does not come back after the ack
+/// deadline (10 s) has lapsed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stream_a_connection_reset_before_the_acknowledge_is_survived_by_the_reopened_stream() {
+    let (proxy, consumer, received) = received_through_a_proxy(Consumption::Stream).await;
+    assert_eq!(received.header.handled_count, 0);
+    assert!(proxy.reset_all().await > 0, "the subscriber's connection goes through the proxy");
+    consumer.acknowledge(&received).await.expect("the reopened stream carries the acknowledge");
+    let lapsed = Duration::from_secs(15);
+    assert!(
+        receive(&*consumer, received.id(), lapsed).await.is_none(),
+        "acknowledged after the reset, yet redelivered"
+    );
+}
+
+/// Pull under latency: every byte between the gateway and the emulator is held 1.5 s (through a
+/// proxy), so a Pull's answer comes 3 s after it was asked for, later than each receive waits
+/// (500 ms). A receive that stops waiting leaves its Pull running for the next receive: the
+/// message arrives once, presenting 0, as soon as the answer does. Before #31 a receive's timeout
+/// cancelled the Pull after the server had answered it with the message (counted, leased for the
+/// ack deadline), so the message came back 10 s later presenting 1; under the all-transport
+/// load that made 1 run in 10 of gcp-pull FR-15/FR-16 and gcp-stream-ordering DC-2 fail.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pull_a_receive_that_stops_waiting_does_not_lose_the_answer() {
+    let (endpoint, project) = providers::gcp::endpoint();
+    let (proxy, url) = proxied(endpoint).await;
+    let through_proxy = GcpConnection::emulator(&url, project).unwrap();
+    let topic = unique("slow");
+    let consumer = through_proxy.channel(&subscription(&topic, Consumption::Pull, true)).await.unwrap();
+    let sent = Message::new(&topic, MessageType::Command, "answered late");
+    connection().producer(false).send(&sent).await.unwrap();
+    proxy.delay(Duration::from_millis(1500));
+    let started = std::time::Instant::now();
+    let mut received = None;
+    while received.is_none() && started.elapsed() < Duration::from_secs(9) {
+        received = consumer.receive(Duration::from_millis(500)).await.unwrap();
+    }
+    let received = received.expect("the late answer is taken by a later receive, within the ack deadline");
+    eprintln!("received after {:?} through a 1.5 s delay each way", started.elapsed());
+    assert_eq!(received.header.handled_count, 0, "the first delivery, counted once");
+    proxy.delay(Duration::ZERO);
+    consumer.acknowledge(&received).await.unwrap();
 }

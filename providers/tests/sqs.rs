@@ -12,6 +12,7 @@ use gateway::transport::sqs::{SqsConnection, SqsSubscription};
 use gateway::{BagValue, Channel, Message, MessageType, Producer, Rejection, Subscription};
 
 mod support;
+use support::proxy::proxied;
 use support::{receive, unique};
 
 fn connection() -> &'static SqsConnection {
@@ -126,4 +127,28 @@ fn r10_warns_when_the_budget_reaches_a_native_limit_the_project_created() {
     // A policy the project did not create is invisible to it.
     subscription.subscription.make_channels = gateway::MakeChannels::Assume;
     assert_eq!(subscription.native_redrive_limit(), None);
+}
+
+/// Every connection between the gateway and the endpoint is reset (a TCP RST, through a proxy)
+/// after a receive and before its acknowledge. The SDK makes each call on a pooled HTTP
+/// connection and opens a new one when the pooled one is gone, so the acknowledge succeeds: a
+/// real delete, as the message does not come back once its visibility timeout has lapsed. The
+/// gateway's promise on SQS: a broken connection costs nothing the next call cannot redo.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_reset_before_the_acknowledge_is_survived_by_the_next_call() {
+    let (proxy, url) = proxied(providers::sqs::endpoint()).await;
+    let through_proxy = SqsConnection::local(&url);
+    let queue = unique("reset");
+    let mut subscription = SqsSubscription::new(Subscription::new(&queue, &queue));
+    subscription.visibility_timeout = Duration::from_secs(2);
+    let consumer = through_proxy.channel(&subscription).await.unwrap();
+    let sent = Message::new(&queue, MessageType::Command, "unsettled when the connection breaks");
+    connection().sqs_producer().send(&sent).await.unwrap();
+    let received = receive(&consumer, sent.id(), Duration::from_secs(10)).await.expect("delivered");
+    assert_eq!(received.header.handled_count, 0);
+    assert!(proxy.reset_all().await > 0, "the consumer's connection goes through the proxy");
+    consumer.acknowledge(&received).await.expect("the SDK makes the delete on a new connection");
+    let lapsed = Duration::from_secs(2) * 3;
+    assert!(receive(&consumer, sent.id(), lapsed).await.is_none(), "acknowledged after the reset, yet redelivered");
+    connection().delete(&[queue], None).await;
 }

@@ -97,24 +97,30 @@ async fn forward(
     }
 }
 
-/// One direction: each chunk read from `from` is written to `to` after the delay set now; the
-/// end of `from` is passed on as an orderly close of `to`.
+/// One direction: each chunk read from `from` is written to `to` once the delay set when it was
+/// read has passed since it was read (latency, not a slower link: chunks read together arrive
+/// together); the end of `from` is passed on as an orderly close of `to`.
 async fn pipe(from: &mut (impl AsyncRead + Unpin), to: &mut (impl AsyncWrite + Unpin), delay: &Mutex<Duration>) {
-    let mut chunk = vec![0u8; 64 * 1024];
-    loop {
-        let read = match from.read(&mut chunk).await {
-            Ok(0) | Err(_) => break,
-            Ok(read) => read,
-        };
-        let wait = *delay.lock().unwrap();
-        if !wait.is_zero() {
-            tokio::time::sleep(wait).await;
+    let (chunks, mut delayed) = tokio::sync::mpsc::unbounded_channel::<(tokio::time::Instant, Vec<u8>)>();
+    let reading = async move {
+        let mut chunk = vec![0u8; 64 * 1024];
+        while let Ok(read @ 1..) = from.read(&mut chunk).await {
+            let due = tokio::time::Instant::now() + *delay.lock().unwrap();
+            if chunks.send((due, chunk[..read].to_vec())).is_err() {
+                break;
+            }
         }
-        if to.write_all(&chunk[..read]).await.is_err() {
-            break;
+    };
+    let writing = async {
+        while let Some((due, chunk)) = delayed.recv().await {
+            tokio::time::sleep_until(due).await;
+            if to.write_all(&chunk).await.is_err() {
+                break;
+            }
         }
-    }
-    let _ = to.shutdown().await;
+        let _ = to.shutdown().await;
+    };
+    tokio::join!(reading, writing);
 }
 
 /// A proxy in front of the broker `url` names, and the same URL through it: the authority

@@ -35,18 +35,27 @@ use crate::transport::kit;
 /// Pub/Sub's longest ack deadline: the longest a requeue can hold a pulled message back.
 pub const MAX_ACK_DEADLINE_SECONDS: u64 = 600;
 
-/// A failed Pub/Sub call, its kind read off the gRPC status where the error is one.
+/// A failed Pub/Sub call, its kind read off the gRPC status where the error is one. A call whose
+/// connection broke under it is `Refused` whatever code the client gave it (tonic reports a
+/// reset connection as `Cancelled`, which is not the broker's answer).
 fn broker_error(channel: &str, operation: &'static str, error: impl Into<BoxError>) -> ChannelError {
     let error = error.into();
-    let kind = match error.downcast_ref::<tonic::Status>().map(tonic::Status::code) {
-        Some(tonic::Code::DeadlineExceeded) => ErrorKind::Timeout,
-        Some(tonic::Code::Unavailable) => ErrorKind::Refused,
-        Some(tonic::Code::NotFound) => ErrorKind::NotFound,
-        Some(tonic::Code::Unimplemented) => ErrorKind::Unsupported,
+    let status = error.downcast_ref::<tonic::Status>();
+    let kind = match status.map(|status| (status.code(), connection_broke(status))) {
+        Some((_, true)) => ErrorKind::Refused,
+        Some((tonic::Code::DeadlineExceeded, _)) => ErrorKind::Timeout,
+        Some((tonic::Code::Unavailable, _)) => ErrorKind::Refused,
+        Some((tonic::Code::NotFound, _)) => ErrorKind::NotFound,
+        Some((tonic::Code::Unimplemented, _)) => ErrorKind::Unsupported,
         Some(_) => ErrorKind::Rejected,
         None => kit::io_kind(&*error).unwrap_or(ErrorKind::Other),
     };
     kit::broker_error(channel, operation, kind, error)
+}
+
+/// The status came from the client's transport (the connection), not from the server.
+fn connection_broke(status: &tonic::Status) -> bool {
+    std::error::Error::source(status).is_some_and(|source| source.is::<tonic::transport::Error>())
 }
 
 use kit::whole_seconds;

@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
+use tokio::task::JoinHandle;
 use tonic::transport::Channel as GrpcChannel;
 
 use super::pb::{self, subscriber_client::SubscriberClient};
@@ -21,8 +22,13 @@ use crate::transport::receive_loop::receive_readable;
 
 /// How long an empty pull waits before looking again.
 const EMPTY_PULL_PAUSE: Duration = Duration::from_millis(100);
-/// The shortest deadline given to a Pull call.
-const MIN_PULL_DEADLINE: Duration = Duration::from_secs(2);
+/// The deadline of a Pull call. Long, as a Pull is never cut short by a receive's timeout (see
+/// `PullChannel::in_flight`): it ends when the server answers, empty or not (pstest answers an
+/// empty pull after 500 ms), or, should the server hold it, at this deadline.
+const PULL_DEADLINE: Duration = Duration::from_secs(60);
+
+/// A Pull call running on the gateway's runtime.
+type Pulling = JoinHandle<Result<tonic::Response<pb::PullResponse>, tonic::Status>>;
 
 /// The reader: a received Pub/Sub message as a `Message`, its handled count resolved with the
 /// delivery attempt (0 without a DeadLetterPolicy: the header count stands).
@@ -46,6 +52,12 @@ pub struct PullChannel {
     router: GcpProducer,
     warnings: ReaderWarnings,
     counting: CountingReport,
+    /// The Pull a receive started and stopped waiting for, taken over by the next receive. A
+    /// Pull is never cancelled by a receive's timeout: the server counts a delivery when it
+    /// answers, and an answer the client drops leases the message to no one until its ack
+    /// deadline lapses (it comes back 10 s late, counted once more: a first delivery presenting 1,
+    /// a dead-letter copy stamped R + 1, under load 1 run in 10; #31).
+    in_flight: tokio::sync::Mutex<Option<Pulling>>,
 }
 
 impl PullChannel {
@@ -66,24 +78,35 @@ impl PullChannel {
             subscription,
             router,
             counting,
+            in_flight: tokio::sync::Mutex::new(None),
         }
     }
 
+    /// At most one message: the answer of the Pull in flight, or of a new one, if it comes within
+    /// `wait`; otherwise the Pull goes on for the next receive to take over.
     async fn pull_one(&self, wait: Duration) -> Result<Option<pb::ReceivedMessage>, ChannelError> {
+        let mut in_flight = self.in_flight.lock().await;
+        let pulling = in_flight.get_or_insert_with(|| self.start_pull());
+        let Ok(joined) = tokio::time::timeout(wait, pulling).await else { return Ok(None) };
+        *in_flight = None;
+        match joined.expect("a Pull call panicked") {
+            Ok(response) => Ok(response.into_inner().received_messages.into_iter().next()),
+            // The server held an empty Pull to its deadline, or the connection broke under it (a
+            // new Pull connects again).
+            Err(status) if matches!(status.code(), tonic::Code::DeadlineExceeded | tonic::Code::Cancelled) => Ok(None),
+            Err(status) => Err(broker_error(self.name(), "pull", status)),
+        }
+    }
+
+    fn start_pull(&self) -> Pulling {
         let mut client = self.client.clone();
         let mut request = tonic::Request::new(pb::PullRequest {
             subscription: self.path.clone(),
             max_messages: 1,
             ..Default::default()
         });
-        // A server may hold an empty pull open for a while (pstest: 500 ms); bound it, but not
-        // so tightly that every empty pull ends as a cancelled call.
-        request.set_timeout(wait.max(MIN_PULL_DEADLINE));
-        match self.runtime.call(async move { client.pull(request).await }).await {
-            Ok(response) => Ok(response.into_inner().received_messages.into_iter().next()),
-            Err(status) if matches!(status.code(), tonic::Code::DeadlineExceeded | tonic::Code::Cancelled) => Ok(None),
-            Err(status) => Err(broker_error(self.name(), "pull", status)),
-        }
+        request.set_timeout(PULL_DEADLINE);
+        self.runtime.spawn(async move { client.pull(request).await })
     }
 
     async fn modify_ack_deadline(
@@ -93,10 +116,19 @@ impl PullChannel {
         operation: &'static str,
     ) -> Result<(), ChannelError> {
         let ack_id = self.ack_id(message, operation)?;
+        self.modify_ack_deadlines(vec![ack_id], seconds, operation).await
+    }
+
+    async fn modify_ack_deadlines(
+        &self,
+        ack_ids: Vec<String>,
+        seconds: u64,
+        operation: &'static str,
+    ) -> Result<(), ChannelError> {
         let mut client = self.client.clone();
         let request = pb::ModifyAckDeadlineRequest {
             subscription: self.path.clone(),
-            ack_ids: vec![ack_id],
+            ack_ids,
             ack_deadline_seconds: seconds.min(MAX_ACK_DEADLINE_SECONDS) as i32,
         };
         self.runtime
@@ -135,8 +167,27 @@ impl PullChannel {
 
 #[async_trait]
 impl Channel for PullChannel {
-    /// Nothing is held by the client: Pub/Sub delivers what was not settled again when its ack deadline lapses.
+    /// Nothing is held by the client but a Pull in flight: one that has answered gives its
+    /// message back (a nack); one still waiting is cancelled (a message the server hands it as
+    /// it is cancelled comes back when its ack deadline lapses, as any unsettled one does).
     async fn close(&self) -> Result<(), ChannelError> {
+        let Some(pulling) = self.in_flight.lock().await.take() else { return Ok(()) };
+        if !pulling.is_finished() {
+            pulling.abort();
+            return Ok(());
+        }
+        let Ok(Ok(response)) = pulling.await else { return Ok(()) };
+        let ack_ids: Vec<String> = response.into_inner().received_messages.into_iter().map(|m| m.ack_id).collect();
+        if ack_ids.is_empty() {
+            return Ok(());
+        }
+        let mut client = self.client.clone();
+        let request =
+            pb::ModifyAckDeadlineRequest { subscription: self.path.clone(), ack_ids, ack_deadline_seconds: 0 };
+        self.runtime
+            .call(async move { client.modify_ack_deadline(request).await })
+            .await
+            .map_err(|e| broker_error(self.name(), "close", e))?;
         Ok(())
     }
 
