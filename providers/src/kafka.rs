@@ -9,6 +9,7 @@
 //! (`localhost/conformance-kafka:3.9.0`: the same jars and launcher on Debian's JRE) through
 //! `CONFORMANCE_KAFKA_IMAGE`.
 
+use std::path::Path;
 use std::process::Command;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -35,6 +36,24 @@ struct Broker {
 /// The local KRaft node: the launcher formats a fresh log dir in the run's folder, prints its
 /// ready line, and stops (deleting the folder) when its stdin closes.
 fn start_local() -> Result<LocalProcess, LocalError> {
+    let ports = free_kept_ports();
+    start_node(&local::install_dir("kafka").join("run").join(ports.0.to_string()), ports, false)
+}
+
+/// A broker port and a controller port for [`start_kept`].
+pub fn free_kept_ports() -> (u16, u16) {
+    let mut ports = local::FreePorts::default();
+    (ports.pick(&[]), ports.pick(&[]))
+}
+
+/// A node of the caller's own on `ports` (from [`free_kept_ports`]), its log dir in `folder`,
+/// formatted on the first start and kept when it stops: a test stops it and starts it again
+/// between two deliveries. Its bootstrap address is `127.0.0.1:{ports.0}`.
+pub fn start_kept(folder: &Path, ports: (u16, u16)) -> Result<LocalProcess, LocalError> {
+    start_node(folder, ports, true)
+}
+
+fn start_node(work: &Path, (port, controller): (u16, u16), kept: bool) -> Result<LocalProcess, LocalError> {
     let install = local::install_dir("kafka");
     let launcher = install.join("classes/KafkaLauncher.class");
     if !launcher.exists() {
@@ -44,19 +63,16 @@ fn start_local() -> Result<LocalProcess, LocalError> {
             install: "cargo xtask brokers install kafka",
         });
     }
-    let mut ports = local::FreePorts::default();
-    let (port, controller) = (ports.pick(&[]), ports.pick(&[]));
-    drop(ports);
-    let work = install.join("run").join(port.to_string());
     let mut command = Command::new("java");
     command
         .args(["-Xms128m", "-Xmx512m", "-XX:+UseSerialGC"])
         .arg("-cp")
         .arg(format!("{}:{}", install.join("lib/*").display(), install.join("classes").display()))
         .arg("KafkaLauncher")
-        .arg(&work)
+        .arg(work)
         .arg(port.to_string())
-        .arg(controller.to_string());
+        .arg(controller.to_string())
+        .args(kept.then_some("kept"));
     local::start("kafka", "kafka", command, port, "kafka ready", Duration::from_secs(120))
 }
 

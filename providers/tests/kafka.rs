@@ -1,18 +1,19 @@
 //! Bespoke Kafka tests outside the templates (ADR 0077, R-14): the counter measurement (Kafka
 //! keeps no delivery counter: a record redelivered by a nack's seek or to a recreated consumer
 //! of the same group presents the count it was sent with; only a requeue's republished copy
-//! grows it), the dead-letter copy keeping its stamp across dead-letter reads, and an
-//! unreadable record routed as Unacceptable.
+//! grows it), the dead-letter copy keeping its stamp across dead-letter reads, an
+//! unreadable record routed as Unacceptable, and a node restarted between two deliveries of a
+//! message under a budget (the count continues; #31).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use gateway::rejection::{keys, Rejection};
-use gateway::transport::kafka::KafkaConnection;
+use gateway::transport::kafka::{KafkaConnection, KafkaSubscription};
 use gateway::{Channel, Message, MessageType, Producer, Subscription};
 
 mod support;
-use support::{receive, unique};
+use support::{defer_twice, receive, third_delivery_spends_the_budget, unique, KeptFolder};
 
 fn connection() -> &'static KafkaConnection {
     providers::kafka::connection()
@@ -126,4 +127,51 @@ async fn an_unreadable_record_is_routed_as_unacceptable() {
 
 fn rdkafka_headers_none() -> gateway::transport::kafka::RecordHeaders {
     gateway::transport::kafka::RecordHeaders::new()
+}
+
+/// The node is stopped (a graceful shutdown) and started again on its log dir between the second
+/// and third deliveries of a message under a budget of 3. Kafka keeps no delivery counter: the
+/// count is the gateway's, republished in the record with each requeue, and the republished copy
+/// and the group's committed offsets are in the node's log, so the count continues: the third
+/// delivery, on a new connection, presents 2 and the pumps' rule rejects it to the dead-letter
+/// topic, one copy, stamped 3. (A count kept by the consumer would start again at 0 on the new
+/// connection.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_restart_between_deliveries_keeps_the_count_and_the_budget_fires_on_the_third() {
+    let folder = KeptFolder::new("restarted-kafka");
+    let ports = providers::kafka::free_kept_ports();
+    let bootstrap = format!("127.0.0.1:{}", ports.0);
+    let start = || providers::kafka::start_kept(&folder.0, ports).unwrap_or_else(|e| panic!("{e}"));
+    let topic = unique("restart");
+    let dead_letter = format!("{topic}-dlq");
+    let subscription =
+        Subscription::new(format!("{topic}-group"), &topic).with_requeue_count(3).with_dead_letter(&dead_letter);
+    let channel_on = async |connection: &KafkaConnection, subscription: &Subscription| {
+        let mut on_kafka = KafkaSubscription::new(subscription.clone());
+        on_kafka.session_timeout = providers::kafka::SESSION_TIMEOUT;
+        connection.channel(&on_kafka).await.expect("channel")
+    };
+
+    let node = start();
+    let before = KafkaConnection::connect(&bootstrap).await.expect("connect");
+    let consumer = channel_on(&before, &subscription).await;
+    let dead_letters = channel_on(&before, &Subscription::new(format!("{dead_letter}-reader"), &dead_letter)).await;
+    let sent = Message::new(&topic, MessageType::Command, "under a budget of 3");
+    before.producer().send(&sent).await.unwrap();
+    let presented = defer_twice(&*consumer, &subscription, sent.id()).await;
+
+    // librdkafka connects again on its own and fetches ahead: a consumer left open would hold
+    // the third delivery across the restart, so this one leaves first, as a stopped consumer
+    // process does.
+    consumer.close().await.unwrap();
+    dead_letters.close().await.unwrap();
+    drop((consumer, dead_letters, before));
+    node.stop(Duration::from_secs(60)).unwrap_or_else(|e| panic!("{e}"));
+    let node = start();
+
+    let after = KafkaConnection::connect(&bootstrap).await.expect("connect again");
+    let consumer = channel_on(&after, &subscription).await;
+    let dead_letters = channel_on(&after, &Subscription::new(format!("{dead_letter}-reader"), &dead_letter)).await;
+    third_delivery_spends_the_budget(&*consumer, &*dead_letters, &subscription, sent.id(), presented).await;
+    node.stop(Duration::from_secs(60)).unwrap_or_else(|e| panic!("{e}"));
 }

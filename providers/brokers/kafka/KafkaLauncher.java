@@ -1,10 +1,11 @@
 // One project-owned Kafka KRaft node (combined controller and broker) in this JVM, for tests.
-// usage: java -cp 'lib/*:classes' KafkaLauncher WORK_DIR BROKER_PORT CONTROLLER_PORT
+// usage: java -cp 'lib/*:classes' KafkaLauncher WORK_DIR BROKER_PORT CONTROLLER_PORT [kept]
 //        java -cp 'lib/*:classes' KafkaLauncher WORK_DIR --from-environment
 // The first form (the local broker): formats a fresh log dir under WORK_DIR (through StorageTool,
 // in a child JVM with this class path), starts the node on 127.0.0.1 only, prints
 // "kafka ready 127.0.0.1:PORT" on stdout, and stops when its stdin closes (or on SIGTERM), then
-// deletes WORK_DIR. The broker's log goes to stderr. Tuned for tests: one partition, replication
+// deletes WORK_DIR; with `kept`, WORK_DIR is formatted only the first time and kept when the node
+// stops, so a test can stop the node and start it again on its log. The broker's log goes to stderr. Tuned for tests: one partition, replication
 // 1, no initial rebalance delay, short group session bounds, so consumer groups join in well
 // under a second.
 // The second form (the stand-in image's /etc/kafka/docker/run): the node's configuration is the
@@ -33,8 +34,9 @@ import org.apache.kafka.common.utils.Time;
 public class KafkaLauncher {
     public static void main(String[] args) throws Exception {
         boolean fromEnvironment = args.length == 2 && args[1].equals("--from-environment");
-        if (!fromEnvironment && args.length != 3) {
-            System.err.println("usage: KafkaLauncher WORK_DIR BROKER_PORT CONTROLLER_PORT | KafkaLauncher WORK_DIR --from-environment");
+        boolean kept = args.length == 4 && args[3].equals("kept");
+        if (!fromEnvironment && args.length != 3 && !kept) {
+            System.err.println("usage: KafkaLauncher WORK_DIR BROKER_PORT CONTROLLER_PORT [kept] | KafkaLauncher WORK_DIR --from-environment");
             System.exit(2);
         }
         // The broker's warnings and errors to stderr (Kafka 3.9 logs through reload4j).
@@ -43,7 +45,11 @@ public class KafkaLauncher {
             new org.apache.log4j.PatternLayout("[kafka] %p %c{1}: %m%n"), "System.err"));
         root.setLevel(org.apache.log4j.Level.WARN);
         Path work = Path.of(args[0]);
-        deleteTree(work);
+        boolean formatted = Files.exists(work.resolve("data").resolve("meta.properties"));
+        if (!kept) {
+            deleteTree(work);
+            formatted = false;
+        }
         Files.createDirectories(work.resolve("data"));
         Properties props = fromEnvironment ? fromEnvironment(work) : loopback(work, args[1], args[2]);
         String clusterId = fromEnvironment ? System.getenv("CLUSTER_ID") : Uuid.randomUuid().toString();
@@ -63,9 +69,11 @@ public class KafkaLauncher {
         try (FileOutputStream out = new FileOutputStream(config.toFile())) {
             props.store(out, "conformance KRaft node");
         }
-        format(config, clusterId);
+        if (!formatted) {
+            format(config, clusterId);
+        }
         KafkaRaftServer server = new KafkaRaftServer(KafkaConfig.fromProps(props, false), Time.SYSTEM);
-        Runtime.getRuntime().addShutdownHook(new Thread(() -> stop(server, work)));
+        Runtime.getRuntime().addShutdownHook(new Thread(() -> stop(server, kept ? null : work)));
         server.startup();
         if (fromEnvironment) {
             // SIGTERM (the engine's stop) runs the shutdown hook, which stops the node.
@@ -78,7 +86,7 @@ public class KafkaLauncher {
         InputStream in = System.in;
         byte[] buffer = new byte[256];
         while (in.read(buffer) >= 0) { }
-        System.exit(0); // the shutdown hook stops the node and deletes the folder
+        System.exit(0); // the shutdown hook stops the node (and deletes the folder unless kept)
     }
 
     /** The local node: loopback only, on the ports the test binary picked, tuned for tests. */
@@ -133,6 +141,7 @@ public class KafkaLauncher {
         return props;
     }
 
+    /** Stops the node, then deletes `work` unless it is null (a kept node's). */
     private static synchronized void stop(KafkaRaftServer server, Path work) {
         try {
             server.shutdown();
@@ -141,7 +150,9 @@ public class KafkaLauncher {
             System.err.println("kafka launcher: stopping the node failed: " + t);
         }
         try {
-            deleteTree(work);
+            if (work != null) {
+                deleteTree(work);
+            }
         } catch (IOException e) {
             System.err.println("kafka launcher: cannot delete " + work + ": " + e);
         }
