@@ -9,6 +9,7 @@
 //! and broker `cargo xtask brokers install rocketmq --impl rocketmq-rust` puts under
 //! `.brokers/rocketmq/rust`, behind `providers/brokers/rocketmq-rust/launcher.sh`.
 
+use std::path::Path;
 use std::process::Command;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -31,16 +32,30 @@ struct Broker {
 
 /// The name server's port and the broker's, `p`, with `p - 2` (its fast channel) and `p + 1`
 /// (its HA port) free too: four distinct ports.
-pub(crate) fn free_ports() -> (u16, u16) {
+pub fn free_ports() -> (u16, u16) {
     let mut ports = local::FreePorts::default();
     (ports.pick(&[]), ports.pick(&[-2, 1]))
 }
 
 /// The local broker; its process's port is the name server's, the address clients start from.
 fn start_launcher() -> Result<LocalProcess, LocalError> {
+    let ports = free_ports();
+    start_java(&local::install_dir("rocketmq").join("run").join(ports.1.to_string()), ports, false)
+}
+
+/// A name server and broker of the caller's own on `ports` (from [`free_ports`]), their store in
+/// `folder`, shut down in order and kept when they stop: a test stops them and starts them again
+/// between two deliveries. The name server's address is `127.0.0.1:{ports.0}`.
+pub fn start_kept(folder: &Path, ports: (u16, u16)) -> Result<LocalProcess, LocalError> {
+    start_java(folder, ports, true)
+}
+
+fn start_java(
+    work: &Path,
+    (name_server_port, broker_port): (u16, u16),
+    kept: bool,
+) -> Result<LocalProcess, LocalError> {
     let install = local::install_dir("rocketmq");
-    let (name_server_port, broker_port) = free_ports();
-    let work = install.join("run").join(broker_port.to_string());
     let mut command = Command::new("java");
     command
         // Direct memory: the broker's per-thread store buffers (see the launcher) and Netty's.
@@ -50,9 +65,10 @@ fn start_launcher() -> Result<LocalProcess, LocalError> {
         .arg("-cp")
         .arg(format!("{}:{}", install.join("lib/*").display(), install.join("classes").display()))
         .arg("Launcher")
-        .arg(&work)
+        .arg(work)
         .arg(name_server_port.to_string())
-        .arg(broker_port.to_string());
+        .arg(broker_port.to_string())
+        .args(kept.then_some("kept"));
     local::start("rocketmq", "rocketmq", command, name_server_port, "rocketmq ready", Duration::from_secs(90))
 }
 

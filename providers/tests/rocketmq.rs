@@ -1,7 +1,9 @@
 //! Bespoke RocketMQ tests outside the templates (ADR 0077, R-14): the AC-23 measurement that
 //! the delivery attempt is broker-supplied (it grows across lease lapses and survives a consumer
 //! recreated in the same group), requeue and nack through the invisible time, the dead-letter
-//! copy keeping its stamp across DLQ deliveries, and an unreadable message routed.
+//! copy keeping its stamp across DLQ deliveries, an unreadable message routed, and a
+//! broker restarted between two deliveries of a message under a budget (the count continues;
+//! #31).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -11,7 +13,7 @@ use gateway::transport::rocketmq::{NativeMessageBuilder, RocketMqConnection, Roc
 use gateway::{Channel, Message, MessageType, Producer, Subscription};
 
 mod support;
-use support::{receive, unique};
+use support::{defer_twice, receive, third_delivery_spends_the_budget, unique, KeptFolder};
 
 fn connection() -> &'static RocketMqConnection {
     providers::rocketmq::connection()
@@ -124,4 +126,47 @@ async fn an_unreadable_message_is_routed_as_unacceptable() {
     assert_eq!(routed.body.bytes, b"not a gateway message");
     assert_eq!(routed.header.bag.get(keys::REJECTION_REASON), Some(&"Unacceptable".into()));
     invalid.acknowledge(&routed).await.unwrap();
+}
+
+/// The name server and broker are shut down in order and started again on their store between
+/// the second and third deliveries of a message under a budget of 3. The pop attempt is the
+/// broker's, kept with the message in its store, so the count continues: the third delivery, on
+/// a new connection, presents 2 and the pumps' rule rejects it to the dead-letter topic, one copy,
+/// stamped 3. A count kept by the consumer (consumer-count-per-channel) starts again at 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broker_restart_between_deliveries_keeps_the_count_and_the_budget_fires_on_the_third() {
+    let folder = KeptFolder::new("restarted-rocketmq");
+    let ports = providers::rocketmq::free_ports();
+    let name_server = format!("127.0.0.1:{}", ports.0);
+    let start = || providers::rocketmq::start_kept(&folder.0, ports).unwrap_or_else(|e| panic!("{e}"));
+    let topic = unique("restart");
+    let dead_letter = format!("{topic}-dlq");
+    let subscription =
+        Subscription::new(format!("{topic}-group"), &topic).with_requeue_count(3).with_dead_letter(&dead_letter);
+    let channel_on = async |connection: &RocketMqConnection, subscription: &Subscription| {
+        let mut on_rocketmq = RocketMqSubscription::new(subscription.clone());
+        on_rocketmq.invisible_time = Duration::from_secs(20);
+        connection.channel(&on_rocketmq).await.expect("channel")
+    };
+
+    let broker = start();
+    let before = RocketMqConnection::connect(&name_server).await.expect("connect");
+    let consumer = channel_on(&before, &subscription).await;
+    let dead_letters = channel_on(&before, &Subscription::new(format!("{dead_letter}-reader"), &dead_letter)).await;
+    let sent = Message::new(&topic, MessageType::Command, "under a budget of 3");
+    before.producer().send(&sent).await.unwrap();
+    let presented = defer_twice(&*consumer, &subscription, sent.id()).await;
+    consumer.close().await.unwrap();
+    dead_letters.close().await.unwrap();
+    drop((consumer, dead_letters, before));
+    let stopping = std::time::Instant::now();
+    broker.stop(Duration::from_secs(90)).unwrap_or_else(|e| panic!("{e}"));
+    eprintln!("stopped in {:?}", stopping.elapsed());
+    let broker = start();
+
+    let after = RocketMqConnection::connect(&name_server).await.expect("connect again");
+    let consumer = channel_on(&after, &subscription).await;
+    let dead_letters = channel_on(&after, &Subscription::new(format!("{dead_letter}-reader"), &dead_letter)).await;
+    third_delivery_spends_the_budget(&*consumer, &*dead_letters, &subscription, sent.id(), presented).await;
+    broker.stop(Duration::from_secs(90)).unwrap_or_else(|e| panic!("{e}"));
 }

@@ -1,10 +1,11 @@
 // The local RocketMQ broker of the conformance harness: a name server and one broker in a single
 // JVM (one heap, one start-up), on loopback ports given by the caller.
 //
-// Usage: java -cp "lib/*:classes" Launcher <work dir> <name server port> <broker port>
+// Usage: java -cp "lib/*:classes" Launcher <work dir> <name server port> <broker port> [kept]
 // Prints `rocketmq ready ...` on stdout once both serve, then stops when stdin closes, deleting
 // its store (after copying the errors of its pop and store logs to stderr), so the broker never
-// outlives the test binary that started it. Topics are created by the clients (the transport's
+// outlives the test binary that started it. With `kept`, it shuts the broker down in order and
+// keeps the work dir, so a test can start it again on its store. Topics are created by the clients (the transport's
 // make-channels), through the broker's TBW102 template topic.
 
 import java.io.FileWriter;
@@ -22,8 +23,9 @@ import org.apache.rocketmq.namesrv.NamesrvStartup;
 
 public class Launcher {
     public static void main(String[] args) throws Exception {
-        if (args.length != 3) {
-            System.err.println("usage: Launcher <work dir> <name server port> <broker port>");
+        boolean kept = args.length == 4 && args[3].equals("kept");
+        if (args.length != 3 && !kept) {
+            System.err.println("usage: Launcher <work dir> <name server port> <broker port> [kept]");
             System.exit(2);
         }
         Path work = Path.of(args[0]).toAbsolutePath();
@@ -89,6 +91,13 @@ public class Launcher {
 
         while (System.in.read() != -1) {
             // Input is ignored: only its end matters.
+        }
+        if (kept) {
+            // Kept for a restart: the broker persists its consumer offsets and pop checkpoints
+            // as it shuts down.
+            controller.shutdown();
+            namesrvController.shutdown();
+            Runtime.getRuntime().halt(0);
         }
         // No orderly shutdown: the store is deleted anyway, and the broker's own shutdown takes
         // 10-40 s, during which the test binary's inherited stderr stays open and its run with it.
