@@ -14,7 +14,9 @@
 //!   `basic.reject(requeue=true)`, the return every version counts: RabbitMQ 4.3 stopped counting
 //!   `basic.nack(requeue=true)` (a return "without failure", rabbitmq-server PR 15387) while a
 //!   reject and a closed channel still count. `x-delivery-limit` is the native redrive limit M
-//!   reported to the budget.
+//!   reported to the budget; without one asked for, the queue is declared with a limit no
+//!   count reaches, as RabbitMQ 4.0's default (20) would drop a message before a larger budget
+//!   fires.
 //!
 //! A delayed requeue or send goes through a delay queue: a queue with a queue-level
 //! `x-message-ttl` and no consumer, dead-lettering expired messages back to the work queue. One
