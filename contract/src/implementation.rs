@@ -20,6 +20,13 @@ pub enum Implementation {
     /// fidelity table
     #[cfg_attr(feature = "clap", value(name = "rocketmq-rust"))]
     RocketMqRust,
+    /// RabbitMQ 3.10.8, Debian 12's: rabbitmq's reference implementation
+    #[cfg_attr(feature = "clap", value(name = "rabbitmq"))]
+    RabbitMq,
+    /// RabbitMQ 4.0.5, Debian 13's, in a trixie root file system of its own; recorded in the
+    /// fidelity table (a broker version as a second implementation, #29)
+    #[cfg_attr(feature = "clap", value(name = "rabbitmq-4.0.5"))]
+    RabbitMq4,
 }
 
 /// A value of a transport's implementation variable that names none of its implementations.
@@ -33,10 +40,17 @@ pub struct UnknownImplementation {
 }
 
 impl Implementation {
-    pub const ALL: [Implementation; 4] =
-        [Implementation::Moto, Implementation::ElasticMq, Implementation::Apache, Implementation::RocketMqRust];
+    pub const ALL: [Implementation; 6] = [
+        Implementation::Moto,
+        Implementation::ElasticMq,
+        Implementation::Apache,
+        Implementation::RocketMqRust,
+        Implementation::RabbitMq,
+        Implementation::RabbitMq4,
+    ];
     /// Each transport's reference implementation, whose variable every test binary is given.
-    pub const REFERENCES: [Implementation; 2] = [Implementation::Moto, Implementation::Apache];
+    pub const REFERENCES: [Implementation; 3] =
+        [Implementation::Moto, Implementation::Apache, Implementation::RabbitMq];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -44,6 +58,8 @@ impl Implementation {
             Implementation::ElasticMq => "elasticmq",
             Implementation::Apache => "apache",
             Implementation::RocketMqRust => "rocketmq-rust",
+            Implementation::RabbitMq => "rabbitmq",
+            Implementation::RabbitMq4 => "rabbitmq-4.0.5",
         }
     }
 
@@ -57,6 +73,7 @@ impl Implementation {
         match self {
             Implementation::Moto | Implementation::ElasticMq => "sqs",
             Implementation::Apache | Implementation::RocketMqRust => "rocketmq",
+            Implementation::RabbitMq | Implementation::RabbitMq4 => "rabbitmq",
         }
     }
 
@@ -64,6 +81,7 @@ impl Implementation {
     pub fn variable(self) -> &'static str {
         match self.transport() {
             "sqs" => "CONFORMANCE_SQS_IMPL",
+            "rabbitmq" => "CONFORMANCE_RABBITMQ_IMPL",
             _ => "CONFORMANCE_ROCKETMQ_IMPL",
         }
     }
@@ -72,6 +90,7 @@ impl Implementation {
     pub fn reference(self) -> Implementation {
         match self.transport() {
             "sqs" => Implementation::Moto,
+            "rabbitmq" => Implementation::RabbitMq,
             _ => Implementation::Apache,
         }
     }
@@ -93,6 +112,8 @@ impl Implementation {
             Implementation::ElasticMq => "cargo xtask brokers install sqs --impl elasticmq",
             Implementation::Apache => "cargo xtask brokers install rocketmq",
             Implementation::RocketMqRust => "cargo xtask brokers install rocketmq --impl rocketmq-rust",
+            Implementation::RabbitMq => "cargo xtask brokers install rabbitmq",
+            Implementation::RabbitMq4 => "cargo xtask brokers install rabbitmq --impl rabbitmq-4.0.5",
         }
     }
 
@@ -136,6 +157,13 @@ mod tests {
         );
         let error = Implementation::parse_for(Implementation::Apache, "moto").unwrap_err().to_string();
         assert!(error.contains("valid choices: apache, rocketmq-rust"), "{error}");
+        assert_eq!(
+            Implementation::parse_for(Implementation::RabbitMq, "rabbitmq-4.0.5"),
+            Ok(Implementation::RabbitMq4)
+        );
+        let error = Implementation::parse_for(Implementation::RabbitMq, "4.0.5").unwrap_err().to_string();
+        assert!(error.starts_with("CONFORMANCE_RABBITMQ_IMPL=\"4.0.5\""), "{error}");
+        assert!(error.contains("valid choices: rabbitmq, rabbitmq-4.0.5"), "{error}");
     }
 
     #[test]

@@ -25,6 +25,7 @@ use crate::broker::ImageRef;
 use crate::builder::{reader_subscription, CellBroker, CellNames, CellPlan};
 use crate::local::{self, LocalError, LocalProcess};
 use crate::source::{self, Definition, Running};
+use contract::Implementation;
 
 /// The quorum cells' `x-delivery-limit` (the native redrive limit M): far above the budget R = 3
 /// the cells use, so the budget, not the broker, rejects (R-10 stays quiet).
@@ -48,8 +49,44 @@ fn free_node_ports() -> (u16, u16, u16) {
 /// The project-owned node: the launcher prints `ready <host:port>` once it accepts AMQP. A
 /// node boots in 9 to 20 s on a loaded 2-core machine (measured), hence the ceiling.
 fn start_local() -> Result<LocalProcess, LocalError> {
-    let (amqp, dist, epmd) = free_node_ports();
-    start_node(&local::install_dir("rabbitmq").join("run").join(amqp.to_string()), (amqp, dist, epmd), false)
+    let ports = free_node_ports();
+    match crate::broker::implementation(Implementation::RabbitMq) {
+        Implementation::RabbitMq4 => start_on_trixie(ports),
+        // The environment names only rabbitmq's implementations (the contract checks it).
+        _ => start_node(&local::install_dir("rabbitmq").join("run").join(ports.0.to_string()), ports, false),
+    }
+}
+
+/// RabbitMQ 4.0.5 (`CONFORMANCE_RABBITMQ_IMPL=rabbitmq-4.0.5`): the same launcher, run inside the
+/// Debian 13 root `cargo xtask brokers install rabbitmq --impl rabbitmq-4.0.5` makes, through
+/// `in-root.sh` (chroot, with a /proc of its own). The root shares the host's network, so the node
+/// listens on the host's loopback as the reference does; its work dir is the root's
+/// `/run/conformance/<amqp port>`, deleted when it stops.
+fn start_on_trixie((amqp, dist, epmd): (u16, u16, u16)) -> Result<LocalProcess, LocalError> {
+    let (name, brokers) = ("rabbitmq-4.0.5", local::workspace_root().join("providers/brokers/rabbitmq"));
+    let root = local::install_dir("rabbitmq").join("trixie");
+    let binary = root.join("usr/lib/rabbitmq/bin/rabbitmq-server");
+    if !binary.exists() {
+        return Err(LocalError::NotInstalled {
+            name,
+            missing: binary,
+            install: Implementation::RabbitMq4.install_command(),
+        });
+    }
+    // The launcher as the tree has it now, where the root can run it.
+    std::fs::copy(brokers.join("launcher.sh"), root.join("launcher.sh")).map_err(|error| LocalError::Spawn {
+        name,
+        transport: "rabbitmq",
+        error,
+    })?;
+    let mut command = Command::new(brokers.join("in-root.sh"));
+    command
+        .arg(&root)
+        .args(["bash", "/launcher.sh"])
+        .arg(format!("/run/conformance/{amqp}"))
+        .args([amqp, dist, epmd].map(|port| port.to_string()))
+        .arg(format!("conformance-{amqp}"));
+    local::start(name, "rabbitmq", command, amqp, "ready", Duration::from_secs(120))
 }
 
 /// An AMQP port for [`start_kept`]: the one after it (the node's distribution port) and the 12th
@@ -105,6 +142,18 @@ fn broker() -> &'static Broker {
     static BROKER: OnceLock<Broker> = OnceLock::new();
     BROKER.get_or_init(|| {
         let running = source::start(&definition());
+        // Only the local source runs the chosen implementation: a verdict from another source
+        // must not be recorded under another version's name.
+        let implementation = crate::broker::implementation(Implementation::RabbitMq);
+        if implementation != Implementation::RabbitMq && running.source() != "local" {
+            let why = format!(
+                "{}={} needs the local source (CONFORMANCE_BROKERS=local), but the broker came from {}",
+                Implementation::RabbitMq.variable(),
+                implementation.name(),
+                running.source()
+            );
+            crate::broker::fatal("rabbitmq", &why);
+        }
         let url = running.endpoint(|address| format!("amqp://guest:guest@{address}/%2f"));
         let address = url.clone();
         let connection =

@@ -68,6 +68,7 @@ pub fn install_implementation(transport: &str, implementation: Option<Implementa
     match (transport, implementation) {
         ("sqs", Some(Implementation::ElasticMq)) => install_elasticmq(),
         ("rocketmq", Some(Implementation::RocketMqRust)) => install_rocketmq_rust(),
+        ("rabbitmq", Some(Implementation::RabbitMq4)) => install_rabbitmq_on_trixie(),
         _ => install(transport),
     }
 }
@@ -235,6 +236,58 @@ fn install_java_launcher(name: &str, source: &str, install: &str, launcher: &str
     )
 }
 
+/// RabbitMQ 4.0.5 as Debian 13 packages it, in a trixie root file system of its own under
+/// `.brokers/rabbitmq/trixie` (debootstrap from Debian's mirror, then apt-get inside it through
+/// chroot; needs root, as the machines here are): the broker version users run next, beside the
+/// reference 3.10.8 the host's Debian 12 packages. About a minute. The provider runs the project's
+/// launcher inside it (`providers::rabbitmq`).
+fn install_rabbitmq_on_trixie() -> Result<()> {
+    let rootfs = root().join(".brokers/rabbitmq/trixie");
+    let version = || -> Option<String> {
+        let output = Command::new("chroot")
+            .arg(&rootfs)
+            .args(["dpkg-query", "-W", "-f", "${Version}", "rabbitmq-server"])
+            .output()
+            .ok()?;
+        output.status.success().then(|| String::from_utf8_lossy(&output.stdout).into_owned())
+    };
+    if version().is_some_and(|installed| installed.starts_with("4.0.5-")) {
+        return Ok(());
+    }
+    ensure_debootstrap()?;
+    if rootfs.exists() {
+        std::fs::remove_dir_all(&rootfs).with_context(|| format!("cannot clear {}", rootfs.display()))?;
+    }
+    eprintln!("brokers: debootstrap a Debian 13 (trixie) root into {} and apt-get install rabbitmq-server in it (about a minute)", rootfs.display());
+    run_quietly(
+        Command::new("debootstrap")
+            .args(["--variant=minbase", "trixie"])
+            .arg(&rootfs)
+            .arg("http://deb.debian.org/debian"),
+        "debootstrap trixie",
+    )?;
+    std::fs::copy("/etc/resolv.conf", rootfs.join("etc/resolv.conf"))
+        .context("cannot copy /etc/resolv.conf into the trixie root")?;
+    let apt = |args: &[&str], what: &str| {
+        run_quietly(
+            Command::new(root().join("providers/brokers/rabbitmq/in-root.sh"))
+                .arg(&rootfs)
+                .args(["env", "DEBIAN_FRONTEND=noninteractive", "apt-get"])
+                .args(args),
+            what,
+        )
+    };
+    apt(&["update", "-qq"], "apt-get update (trixie)")?;
+    apt(
+        &["install", "-y", "-qq", "--no-install-recommends", "rabbitmq-server"],
+        "apt-get install rabbitmq-server (trixie)",
+    )?;
+    match version() {
+        Some(installed) if installed.starts_with("4.0.5-") => Ok(()),
+        other => bail!("brokers: trixie's rabbitmq-server is {other:?}, not the 4.0.5 the fidelity table records (providers/brokers/rabbitmq/broker.toml)"),
+    }
+}
+
 /// The pinned version of the Rust name server and broker (crates.io `rocketmq-namesrv` and
 /// `rocketmq-broker`, the project of the gateway's client `rocketmq-client-rust`): the rocketmq
 /// facts' `rocketmq-rust X.Y.Z`.
@@ -336,4 +389,17 @@ pub(crate) fn install_debian_package(package: &str, binary: &Path) -> Result<()>
         bail!("brokers: apt-get installed {package} but {} is still missing", binary.display());
     }
     Ok(())
+}
+
+/// debootstrap from Debian's packages, where missing.
+pub(crate) fn ensure_debootstrap() -> Result<()> {
+    if Command::new("debootstrap").arg("--version").output().is_ok_and(|o| o.status.success()) {
+        return Ok(());
+    }
+    eprintln!("brokers: installing debootstrap with apt-get");
+    run_quietly(Command::new("apt-get").args(["update", "-qq"]), "apt-get update (is apt-get available, as root?)")?;
+    run_quietly(
+        Command::new("apt-get").args(["install", "-y", "-qq", "debootstrap"]).env("DEBIAN_FRONTEND", "noninteractive"),
+        "apt-get install debootstrap",
+    )
 }

@@ -518,7 +518,10 @@ mod tests {
     fn an_unknown_implementation_is_refused_naming_the_choices() {
         let error = Command::try_parse_from(["conformance", "--impl", "ElasticMQ"]).err().expect("refused").to_string();
         assert!(error.contains("invalid value 'ElasticMQ' for '--impl <IMPLEMENTATION>'"), "{error}");
-        assert!(error.contains("[possible values: moto, elasticmq, apache, rocketmq-rust]"), "{error}");
+        assert!(
+            error.contains("[possible values: moto, elasticmq, apache, rocketmq-rust, rabbitmq, rabbitmq-4.0.5]"),
+            "{error}"
+        );
         let parsed = Command::try_parse_from(["conformance", "--transport", "sqs", "--impl", "elasticmq"]).unwrap();
         assert_eq!(parsed.args.implementation, Some(Implementation::ElasticMq));
         let parsed = Command::try_parse_from(["conformance", "--transport", "rocketmq", "--impl", "rocketmq-rust"]);

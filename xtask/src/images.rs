@@ -80,7 +80,7 @@ fn base() -> Result<()> {
         return Ok(());
     }
     let started = Instant::now();
-    ensure_debootstrap()?;
+    crate::brokers::ensure_debootstrap()?;
     let rootfs = root().join("target/stand-in-images/base/rootfs");
     if rootfs.exists() {
         std::fs::remove_dir_all(&rootfs).with_context(|| format!("cannot clear {}", rootfs.display()))?;
@@ -106,19 +106,6 @@ fn base() -> Result<()> {
     }
     std::fs::remove_dir_all(&rootfs).with_context(|| format!("cannot remove {}", rootfs.display()))?;
     report(BASE, started)
-}
-
-/// debootstrap from Debian's packages, where missing.
-fn ensure_debootstrap() -> Result<()> {
-    if Command::new("debootstrap").arg("--version").output().is_ok_and(|o| o.status.success()) {
-        return Ok(());
-    }
-    eprintln!("brokers: installing debootstrap with apt-get");
-    run_quietly(Command::new("apt-get").args(["update", "-qq"]), "apt-get update (is apt-get available, as root?)")?;
-    run_quietly(
-        Command::new("apt-get").args(["install", "-y", "-qq", "debootstrap"]).env("DEBIAN_FRONTEND", "noninteractive"),
-        "apt-get install debootstrap",
-    )
 }
 
 /// The CA bundle the host's own pip uses: PIP_CERT, else SSL_CERT_FILE, else Debian's bundle.
