@@ -85,7 +85,7 @@ pub enum ParseProblem {
     #[error("unknown verdict {found:?}; expected one of Pass, Fail, NotRun")]
     UnknownVerdict { found: String },
 
-    #[error("implementation {found:?} is not a name (lowercase ASCII letters, digits and '-')")]
+    #[error("implementation {found:?} is not a name (lowercase ASCII letters, digits, '-' and '.')")]
     Implementation { found: String },
 
     #[error("duplicate row for {cell} on {implementation}; it is already on line {first_line}")]

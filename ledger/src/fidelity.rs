@@ -306,8 +306,9 @@ fn parse_row(line: &str) -> Result<((CellId, String), FidelityRow), ParseProblem
     crate::validate_configuration(fields[0])?;
     let cell = CellId::new(fields[0], fields[1].parse()?);
     let implementation = fields[2];
+    // '.': a broker version named as an implementation (rabbitmq-4.0.5).
     if implementation.is_empty()
-        || !implementation.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        || !implementation.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
     {
         return Err(ParseProblem::Implementation { found: implementation.to_owned() });
     }
@@ -354,6 +355,12 @@ mod tests {
         assert!(error("sqs\tFR-2\telasticmq\tPass\n")
             .starts_with("ledger/fidelity.tsv:1: expected 5 or 6 tab-separated fields"));
         assert!(error("sqs\tFR-2\tElasticMQ\tPass\tPass\n").contains("implementation \"ElasticMQ\" is not a name"));
+        assert!(error("sqs\tFR-2\trabbitmq 4\tPass\tPass\n").contains("implementation \"rabbitmq 4\" is not a name"));
+        let versioned = "rabbitmq\tFR-2\trabbitmq-4.0.5\tPass\tPass\n";
+        assert!(
+            Fidelity::parse(versioned, Path::new("x")).unwrap().to_text().ends_with(versioned),
+            "a version is a name"
+        );
         assert_eq!(
             error("sqs\tFR-2\telasticmq\tPass\tPass\nsqs\tFR-2\telasticmq\tFail\tPass\n"),
             "ledger/fidelity.tsv:2: duplicate row for sqs/FR-2 on elasticmq; it is already on line 1"
