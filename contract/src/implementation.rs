@@ -27,6 +27,12 @@ pub enum Implementation {
     /// fidelity table (a broker version as a second implementation, #29)
     #[cfg_attr(feature = "clap", value(name = "rabbitmq-4.0.5"))]
     RabbitMq4,
+    /// redis-server 7.0.15, Debian 12's: redis's reference implementation
+    #[cfg_attr(feature = "clap", value(name = "redis"))]
+    Redis,
+    /// redis-server 8.0.2, Debian 13's, in the trixie root; recorded in the fidelity table
+    #[cfg_attr(feature = "clap", value(name = "redis-8.0.2"))]
+    Redis8,
 }
 
 /// A value of a transport's implementation variable that names none of its implementations.
@@ -40,17 +46,19 @@ pub struct UnknownImplementation {
 }
 
 impl Implementation {
-    pub const ALL: [Implementation; 6] = [
+    pub const ALL: [Implementation; 8] = [
         Implementation::Moto,
         Implementation::ElasticMq,
         Implementation::Apache,
         Implementation::RocketMqRust,
         Implementation::RabbitMq,
         Implementation::RabbitMq4,
+        Implementation::Redis,
+        Implementation::Redis8,
     ];
     /// Each transport's reference implementation, whose variable every test binary is given.
-    pub const REFERENCES: [Implementation; 3] =
-        [Implementation::Moto, Implementation::Apache, Implementation::RabbitMq];
+    pub const REFERENCES: [Implementation; 4] =
+        [Implementation::Moto, Implementation::Apache, Implementation::RabbitMq, Implementation::Redis];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -60,6 +68,8 @@ impl Implementation {
             Implementation::RocketMqRust => "rocketmq-rust",
             Implementation::RabbitMq => "rabbitmq",
             Implementation::RabbitMq4 => "rabbitmq-4.0.5",
+            Implementation::Redis => "redis",
+            Implementation::Redis8 => "redis-8.0.2",
         }
     }
 
@@ -74,6 +84,7 @@ impl Implementation {
             Implementation::Moto | Implementation::ElasticMq => "sqs",
             Implementation::Apache | Implementation::RocketMqRust => "rocketmq",
             Implementation::RabbitMq | Implementation::RabbitMq4 => "rabbitmq",
+            Implementation::Redis | Implementation::Redis8 => "redis",
         }
     }
 
@@ -82,6 +93,7 @@ impl Implementation {
         match self.transport() {
             "sqs" => "CONFORMANCE_SQS_IMPL",
             "rabbitmq" => "CONFORMANCE_RABBITMQ_IMPL",
+            "redis" => "CONFORMANCE_REDIS_IMPL",
             _ => "CONFORMANCE_ROCKETMQ_IMPL",
         }
     }
@@ -91,6 +103,7 @@ impl Implementation {
         match self.transport() {
             "sqs" => Implementation::Moto,
             "rabbitmq" => Implementation::RabbitMq,
+            "redis" => Implementation::Redis,
             _ => Implementation::Apache,
         }
     }
@@ -114,6 +127,8 @@ impl Implementation {
             Implementation::RocketMqRust => "cargo xtask brokers install rocketmq --impl rocketmq-rust",
             Implementation::RabbitMq => "cargo xtask brokers install rabbitmq",
             Implementation::RabbitMq4 => "cargo xtask brokers install rabbitmq --impl rabbitmq-4.0.5",
+            Implementation::Redis => "cargo xtask brokers install redis",
+            Implementation::Redis8 => "cargo xtask brokers install redis --impl redis-8.0.2",
         }
     }
 

@@ -21,6 +21,33 @@ pub fn install_dir(transport: &str) -> PathBuf {
     workspace_root().join(".brokers").join(transport)
 }
 
+/// A broker version from the Debian 13 root (`.brokers/trixie`, made by `cargo xtask brokers
+/// install <transport> --impl <name>`): `launcher` (a script under `providers/brokers`, copied
+/// into the root as it is in the tree now) run there by bash through
+/// `providers/brokers/trixie/in-root.sh`; the caller adds the launcher's arguments, paths inside
+/// the root. The root shares the host's network: the broker listens on the host's loopback.
+/// `binary`, a path inside the root, must be there (else `NotInstalled`, naming `install`).
+pub fn in_trixie(
+    name: &'static str,
+    binary: &str,
+    launcher: &str,
+    install: &'static str,
+) -> Result<Command, LocalError> {
+    let root = workspace_root().join(".brokers/trixie");
+    let installed = root.join(binary.trim_start_matches('/'));
+    if !installed.exists() {
+        return Err(LocalError::NotInstalled { name, missing: installed, install });
+    }
+    let file = Path::new(launcher).file_name().expect("a launcher is a file");
+    let inside = Path::new("launchers").join(name).join(file);
+    std::fs::create_dir_all(root.join(&inside).parent().expect("a folder"))
+        .and_then(|()| std::fs::copy(workspace_root().join("providers/brokers").join(launcher), root.join(&inside)))
+        .map_err(|error| LocalError::Spawn { name, transport: "trixie", error })?;
+    let mut command = Command::new(workspace_root().join("providers/brokers/trixie/in-root.sh"));
+    command.arg(&root).arg("bash").arg(Path::new("/").join(inside));
+    Ok(command)
+}
+
 /// One free loopback port; a broker that needs several picks them with one [`FreePorts`].
 pub fn free_loopback_port() -> u16 {
     FreePorts::default().pick(&[])

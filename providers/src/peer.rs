@@ -112,6 +112,7 @@ pub fn release_elsewhere(test: &str, unique: &str, id: &str, releases: u32, arri
         .env_remove(contract::Implementation::Moto.variable())
         .env_remove(contract::Implementation::Apache.variable())
         .env_remove(contract::Implementation::RabbitMq.variable())
+        .env_remove(contract::Implementation::Redis.variable())
         .env_remove(crate::fault::VARIABLE)
         // What a client from the environment needs of AWS when this binary's broker is local.
         .env("AWS_ACCESS_KEY_ID", std::env::var("AWS_ACCESS_KEY_ID").unwrap_or_else(|_| "conformance".into()))

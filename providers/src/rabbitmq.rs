@@ -57,32 +57,15 @@ fn start_local() -> Result<LocalProcess, LocalError> {
     }
 }
 
-/// RabbitMQ 4.0.5 (`CONFORMANCE_RABBITMQ_IMPL=rabbitmq-4.0.5`): the same launcher, run inside the
-/// Debian 13 root `cargo xtask brokers install rabbitmq --impl rabbitmq-4.0.5` makes, through
-/// `in-root.sh` (chroot, with a /proc of its own). The root shares the host's network, so the node
-/// listens on the host's loopback as the reference does; its work dir is the root's
-/// `/run/conformance/<amqp port>`, deleted when it stops.
+/// RabbitMQ 4.0.5 (`CONFORMANCE_RABBITMQ_IMPL=rabbitmq-4.0.5`): the same launcher, in the Debian
+/// 13 root (`local::in_trixie`); its work dir is the root's `/run/conformance/<amqp port>`,
+/// deleted when it stops.
 fn start_on_trixie((amqp, dist, epmd): (u16, u16, u16)) -> Result<LocalProcess, LocalError> {
-    let (name, brokers) = ("rabbitmq-4.0.5", local::workspace_root().join("providers/brokers/rabbitmq"));
-    let root = local::install_dir("rabbitmq").join("trixie");
-    let binary = root.join("usr/lib/rabbitmq/bin/rabbitmq-server");
-    if !binary.exists() {
-        return Err(LocalError::NotInstalled {
-            name,
-            missing: binary,
-            install: Implementation::RabbitMq4.install_command(),
-        });
-    }
-    // The launcher as the tree has it now, where the root can run it.
-    std::fs::copy(brokers.join("launcher.sh"), root.join("launcher.sh")).map_err(|error| LocalError::Spawn {
-        name,
-        transport: "rabbitmq",
-        error,
-    })?;
-    let mut command = Command::new(brokers.join("in-root.sh"));
+    let name = Implementation::RabbitMq4.name();
+    let binary = "/usr/lib/rabbitmq/bin/rabbitmq-server";
+    let mut command =
+        local::in_trixie(name, binary, "rabbitmq/launcher.sh", Implementation::RabbitMq4.install_command())?;
     command
-        .arg(&root)
-        .args(["bash", "/launcher.sh"])
         .arg(format!("/run/conformance/{amqp}"))
         .args([amqp, dist, epmd].map(|port| port.to_string()))
         .arg(format!("conformance-{amqp}"));

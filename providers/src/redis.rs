@@ -24,6 +24,7 @@ use crate::broker::ImageRef;
 use crate::builder::{reader_subscription, CellBroker, CellNames, CellPlan};
 use crate::local::{self, LocalError, LocalProcess};
 use crate::source::{self, Definition, Running};
+use contract::Implementation;
 
 /// Debian's redis-server, which `cargo xtask brokers install redis` installs.
 pub const REDIS_SERVER: &str = "/usr/bin/redis-server";
@@ -36,7 +37,21 @@ struct Broker {
 
 fn start_local() -> Result<LocalProcess, LocalError> {
     let port = local::free_loopback_port();
-    start_server(&local::install_dir("redis").join("run").join(port.to_string()), port, false)
+    match crate::broker::implementation(Implementation::Redis) {
+        Implementation::Redis8 => start_on_trixie(port),
+        // The environment names only redis's implementations (the contract checks it).
+        _ => start_server(&local::install_dir("redis").join("run").join(port.to_string()), port, false),
+    }
+}
+
+/// Redis 8.0.2 (`CONFORMANCE_REDIS_IMPL=redis-8.0.2`): the same launcher, in the Debian 13 root
+/// (`local::in_trixie`); its work dir is the root's `/run/conformance/<port>`.
+fn start_on_trixie(port: u16) -> Result<LocalProcess, LocalError> {
+    let name = Implementation::Redis8.name();
+    let mut command =
+        local::in_trixie(name, REDIS_SERVER, "redis/launcher.sh", Implementation::Redis8.install_command())?;
+    command.arg(REDIS_SERVER).arg(format!("/run/conformance/{port}")).arg(port.to_string());
+    local::start(name, "redis", command, port, "redis ready", Duration::from_secs(30))
 }
 
 /// A server of the caller's own on `port`, persisting to an append-only file in `folder` and
@@ -82,6 +97,18 @@ fn broker() -> &'static Broker {
     static BROKER: OnceLock<Broker> = OnceLock::new();
     BROKER.get_or_init(|| {
         let running = source::start(&definition());
+        // Only the local source runs the chosen implementation: a verdict from another source
+        // must not be recorded under another version's name.
+        let implementation = crate::broker::implementation(Implementation::Redis);
+        if implementation != Implementation::Redis && running.source() != "local" {
+            let why = format!(
+                "{}={} needs the local source (CONFORMANCE_BROKERS=local), but the broker came from {}",
+                Implementation::Redis.variable(),
+                implementation.name(),
+                running.source()
+            );
+            crate::broker::fatal("redis", &why);
+        }
         let url = running.endpoint(|address| format!("redis://{address}"));
         let address = url.clone();
         let connection =

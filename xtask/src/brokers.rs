@@ -68,7 +68,8 @@ pub fn install_implementation(transport: &str, implementation: Option<Implementa
     match (transport, implementation) {
         ("sqs", Some(Implementation::ElasticMq)) => install_elasticmq(),
         ("rocketmq", Some(Implementation::RocketMqRust)) => install_rocketmq_rust(),
-        ("rabbitmq", Some(Implementation::RabbitMq4)) => install_rabbitmq_on_trixie(),
+        ("rabbitmq", Some(Implementation::RabbitMq4)) => install_on_trixie("rabbitmq-server", "4.0.5"),
+        ("redis", Some(Implementation::Redis8)) => install_on_trixie("redis-server", "8.0.2"),
         _ => install(transport),
     }
 }
@@ -236,55 +237,58 @@ fn install_java_launcher(name: &str, source: &str, install: &str, launcher: &str
     )
 }
 
-/// RabbitMQ 4.0.5 as Debian 13 packages it, in a trixie root file system of its own under
-/// `.brokers/rabbitmq/trixie` (debootstrap from Debian's mirror, then apt-get inside it through
-/// chroot; needs root, as the machines here are): the broker version users run next, beside the
-/// reference 3.10.8 the host's Debian 12 packages. About a minute. The provider runs the project's
-/// launcher inside it (`providers::rabbitmq`).
-fn install_rabbitmq_on_trixie() -> Result<()> {
-    let rootfs = root().join(".brokers/rabbitmq/trixie");
-    let version = || -> Option<String> {
+/// `package` as Debian 13 (trixie) packages it, at upstream `version`, in the Debian 13 root under
+/// `.brokers/trixie` (debootstrapped from Debian's mirror the first time, about a minute; then
+/// apt-get inside it, through `providers/brokers/trixie/in-root.sh`; needs root, as the machines
+/// here are): the broker versions users run next, beside the references the host's Debian 12
+/// packages. The providers run the project's launchers inside it (`providers::local::in_trixie`).
+fn install_on_trixie(package: &str, version: &str) -> Result<()> {
+    let rootfs = root().join(".brokers/trixie");
+    let in_root = root().join("providers/brokers/trixie/in-root.sh");
+    // Debian's version of the package, without its epoch ("5:8.0.2-3" is 8.0.2).
+    let installed = || -> Option<String> {
         let output = Command::new("chroot")
             .arg(&rootfs)
-            .args(["dpkg-query", "-W", "-f", "${Version}", "rabbitmq-server"])
+            .args(["dpkg-query", "-W", "-f", "${Version}", package])
             .output()
             .ok()?;
-        output.status.success().then(|| String::from_utf8_lossy(&output.stdout).into_owned())
+        let text = String::from_utf8_lossy(&output.stdout).into_owned();
+        output.status.success().then(|| text.split_once(':').map_or(text.clone(), |(_, rest)| rest.to_owned()))
     };
-    if version().is_some_and(|installed| installed.starts_with("4.0.5-")) {
+    let wanted = |installed: &str| installed.starts_with(&format!("{version}-"));
+    if installed().is_some_and(|installed| wanted(&installed)) {
         return Ok(());
     }
-    ensure_debootstrap()?;
-    if rootfs.exists() {
-        std::fs::remove_dir_all(&rootfs).with_context(|| format!("cannot clear {}", rootfs.display()))?;
+    if !rootfs.join("usr/bin/apt-get").exists() {
+        ensure_debootstrap()?;
+        if rootfs.exists() {
+            std::fs::remove_dir_all(&rootfs).with_context(|| format!("cannot clear {}", rootfs.display()))?;
+        }
+        eprintln!("brokers: debootstrap a Debian 13 (trixie) root into {} (about a minute)", rootfs.display());
+        run_quietly(
+            Command::new("debootstrap")
+                .args(["--variant=minbase", "trixie"])
+                .arg(&rootfs)
+                .arg("http://deb.debian.org/debian"),
+            "debootstrap trixie",
+        )?;
+        std::fs::copy("/etc/resolv.conf", rootfs.join("etc/resolv.conf"))
+            .context("cannot copy /etc/resolv.conf into the trixie root")?;
     }
-    eprintln!("brokers: debootstrap a Debian 13 (trixie) root into {} and apt-get install rabbitmq-server in it (about a minute)", rootfs.display());
-    run_quietly(
-        Command::new("debootstrap")
-            .args(["--variant=minbase", "trixie"])
-            .arg(&rootfs)
-            .arg("http://deb.debian.org/debian"),
-        "debootstrap trixie",
-    )?;
-    std::fs::copy("/etc/resolv.conf", rootfs.join("etc/resolv.conf"))
-        .context("cannot copy /etc/resolv.conf into the trixie root")?;
+    eprintln!("brokers: apt-get install {package} in the Debian 13 root (about 15 s)");
     let apt = |args: &[&str], what: &str| {
         run_quietly(
-            Command::new(root().join("providers/brokers/rabbitmq/in-root.sh"))
-                .arg(&rootfs)
-                .args(["env", "DEBIAN_FRONTEND=noninteractive", "apt-get"])
-                .args(args),
+            Command::new(&in_root).arg(&rootfs).args(["env", "DEBIAN_FRONTEND=noninteractive", "apt-get"]).args(args),
             what,
         )
     };
     apt(&["update", "-qq"], "apt-get update (trixie)")?;
-    apt(
-        &["install", "-y", "-qq", "--no-install-recommends", "rabbitmq-server"],
-        "apt-get install rabbitmq-server (trixie)",
-    )?;
-    match version() {
-        Some(installed) if installed.starts_with("4.0.5-") => Ok(()),
-        other => bail!("brokers: trixie's rabbitmq-server is {other:?}, not the 4.0.5 the fidelity table records (providers/brokers/rabbitmq/broker.toml)"),
+    apt(&["install", "-y", "-qq", "--no-install-recommends", package], &format!("apt-get install {package} (trixie)"))?;
+    match installed() {
+        Some(installed) if wanted(&installed) => Ok(()),
+        other => bail!(
+            "brokers: trixie's {package} is {other:?}, not the {version} the fidelity table records (its broker.toml)"
+        ),
     }
 }
 
