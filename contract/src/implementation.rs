@@ -33,6 +33,18 @@ pub enum Implementation {
     /// redis-server 8.0.2, Debian 13's, in the trixie root; recorded in the fidelity table
     #[cfg_attr(feature = "clap", value(name = "redis-8.0.2"))]
     Redis8,
+    /// mosquitto 2.0.11, Debian 12's: mqtt's reference implementation
+    #[cfg_attr(feature = "clap", value(name = "mosquitto"))]
+    Mosquitto,
+    /// mosquitto 2.0.21, Debian 13's, in the trixie root; recorded in the fidelity table
+    #[cfg_attr(feature = "clap", value(name = "mosquitto-2.0.21"))]
+    Mosquitto2,
+    /// PostgreSQL 15, Debian 12's: postgres's reference implementation
+    #[cfg_attr(feature = "clap", value(name = "postgres"))]
+    Postgres,
+    /// PostgreSQL 17, Debian 13's, in the trixie root; recorded in the fidelity table
+    #[cfg_attr(feature = "clap", value(name = "postgres-17"))]
+    Postgres17,
 }
 
 /// A value of a transport's implementation variable that names none of its implementations.
@@ -46,7 +58,7 @@ pub struct UnknownImplementation {
 }
 
 impl Implementation {
-    pub const ALL: [Implementation; 8] = [
+    pub const ALL: [Implementation; 12] = [
         Implementation::Moto,
         Implementation::ElasticMq,
         Implementation::Apache,
@@ -55,10 +67,20 @@ impl Implementation {
         Implementation::RabbitMq4,
         Implementation::Redis,
         Implementation::Redis8,
+        Implementation::Mosquitto,
+        Implementation::Mosquitto2,
+        Implementation::Postgres,
+        Implementation::Postgres17,
     ];
     /// Each transport's reference implementation, whose variable every test binary is given.
-    pub const REFERENCES: [Implementation; 4] =
-        [Implementation::Moto, Implementation::Apache, Implementation::RabbitMq, Implementation::Redis];
+    pub const REFERENCES: [Implementation; 6] = [
+        Implementation::Moto,
+        Implementation::Apache,
+        Implementation::RabbitMq,
+        Implementation::Redis,
+        Implementation::Mosquitto,
+        Implementation::Postgres,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -70,6 +92,10 @@ impl Implementation {
             Implementation::RabbitMq4 => "rabbitmq-4.0.5",
             Implementation::Redis => "redis",
             Implementation::Redis8 => "redis-8.0.2",
+            Implementation::Mosquitto => "mosquitto",
+            Implementation::Mosquitto2 => "mosquitto-2.0.21",
+            Implementation::Postgres => "postgres",
+            Implementation::Postgres17 => "postgres-17",
         }
     }
 
@@ -85,6 +111,8 @@ impl Implementation {
             Implementation::Apache | Implementation::RocketMqRust => "rocketmq",
             Implementation::RabbitMq | Implementation::RabbitMq4 => "rabbitmq",
             Implementation::Redis | Implementation::Redis8 => "redis",
+            Implementation::Mosquitto | Implementation::Mosquitto2 => "mqtt",
+            Implementation::Postgres | Implementation::Postgres17 => "postgres",
         }
     }
 
@@ -94,6 +122,8 @@ impl Implementation {
             "sqs" => "CONFORMANCE_SQS_IMPL",
             "rabbitmq" => "CONFORMANCE_RABBITMQ_IMPL",
             "redis" => "CONFORMANCE_REDIS_IMPL",
+            "mqtt" => "CONFORMANCE_MQTT_IMPL",
+            "postgres" => "CONFORMANCE_POSTGRES_IMPL",
             _ => "CONFORMANCE_ROCKETMQ_IMPL",
         }
     }
@@ -104,6 +134,8 @@ impl Implementation {
             "sqs" => Implementation::Moto,
             "rabbitmq" => Implementation::RabbitMq,
             "redis" => Implementation::Redis,
+            "mqtt" => Implementation::Mosquitto,
+            "postgres" => Implementation::Postgres,
             _ => Implementation::Apache,
         }
     }
@@ -129,6 +161,10 @@ impl Implementation {
             Implementation::RabbitMq4 => "cargo xtask brokers install rabbitmq --impl rabbitmq-4.0.5",
             Implementation::Redis => "cargo xtask brokers install redis",
             Implementation::Redis8 => "cargo xtask brokers install redis --impl redis-8.0.2",
+            Implementation::Mosquitto => "cargo xtask brokers install mqtt",
+            Implementation::Mosquitto2 => "cargo xtask brokers install mqtt --impl mosquitto-2.0.21",
+            Implementation::Postgres => "cargo xtask brokers install postgres",
+            Implementation::Postgres17 => "cargo xtask brokers install postgres --impl postgres-17",
         }
     }
 

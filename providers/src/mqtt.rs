@@ -22,6 +22,7 @@ use crate::broker::ImageRef;
 use crate::builder::{reader_subscription, CellBroker, CellNames, CellPlan};
 use crate::local::{self, LocalError, LocalProcess};
 use crate::source::{self, Definition, Running};
+use contract::Implementation;
 
 /// Where Debian's mosquitto package puts the broker.
 pub const MOSQUITTO: &str = "/usr/sbin/mosquitto";
@@ -33,6 +34,9 @@ struct Broker {
 }
 
 fn start_local() -> Result<LocalProcess, LocalError> {
+    if crate::broker::implementation(Implementation::Mosquitto) == Implementation::Mosquitto2 {
+        return start_on_trixie();
+    }
     if !Path::new(MOSQUITTO).exists() {
         let missing = MOSQUITTO.into();
         return Err(LocalError::NotInstalled {
@@ -48,6 +52,17 @@ fn start_local() -> Result<LocalProcess, LocalError> {
         .arg(MOSQUITTO)
         .arg(port.to_string());
     local::start("mosquitto", "mqtt", command, port, "mosquitto ready", Duration::from_secs(30))
+}
+
+/// mosquitto 2.0.21 (`CONFORMANCE_MQTT_IMPL=mosquitto-2.0.21`): the same launcher, in the Debian
+/// 13 root (`local::in_trixie`).
+fn start_on_trixie() -> Result<LocalProcess, LocalError> {
+    let name = Implementation::Mosquitto2.name();
+    let mut command =
+        local::in_trixie(name, MOSQUITTO, "mosquitto/launcher.sh", Implementation::Mosquitto2.install_command())?;
+    let port = local::free_loopback_port();
+    command.arg(MOSQUITTO).arg(port.to_string());
+    local::start(name, "mqtt", command, port, "mosquitto ready", Duration::from_secs(30))
 }
 
 /// The MQTT broker in each source (chosen by `source::start`).
@@ -67,6 +82,7 @@ fn broker() -> &'static Broker {
     static BROKER: OnceLock<Broker> = OnceLock::new();
     BROKER.get_or_init(|| {
         let running = source::start(&definition());
+        source::refuse_another_implementation_unless_local(&running, Implementation::Mosquitto);
         let endpoint = running.endpoint(|address| address.to_owned());
         let address = endpoint.clone();
         let connection =

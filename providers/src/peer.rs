@@ -109,10 +109,7 @@ pub fn release_elsewhere(test: &str, unique: &str, id: &str, releases: u32, arri
         .env(contract::BrokerSource::VARIABLE, "env")
         .env(variable, &endpoint)
         // A peer is a client only: which implementation a local broker runs is this binary's.
-        .env_remove(contract::Implementation::Moto.variable())
-        .env_remove(contract::Implementation::Apache.variable())
-        .env_remove(contract::Implementation::RabbitMq.variable())
-        .env_remove(contract::Implementation::Redis.variable())
+        .envs(contract::Implementation::REFERENCES.map(|reference| (reference.variable(), "")))
         .env_remove(crate::fault::VARIABLE)
         // What a client from the environment needs of AWS when this binary's broker is local.
         .env("AWS_ACCESS_KEY_ID", std::env::var("AWS_ACCESS_KEY_ID").unwrap_or_else(|_| "conformance".into()))

@@ -25,6 +25,7 @@ use crate::broker::ImageRef;
 use crate::builder::{reader_subscription, CellBroker, CellNames, CellPlan};
 use crate::local::{self, LocalError, LocalProcess};
 use crate::source::{self, Definition, Running};
+use contract::Implementation;
 
 /// Where the Debian package postgresql-15 puts the server and initdb.
 pub const POSTGRES_BIN: &str = "/usr/lib/postgresql/15/bin";
@@ -40,7 +41,23 @@ struct Broker {
 /// The local cluster: the launcher prints `postgres ready <url>` once the server accepts
 /// connections, and removes the cluster when the test binary's stdin closes.
 fn start_local() -> Result<LocalProcess, LocalError> {
-    start_cluster(local::free_loopback_port(), None)
+    match crate::broker::implementation(Implementation::Postgres) {
+        Implementation::Postgres17 => start_on_trixie(local::free_loopback_port()),
+        // The environment names only postgres's implementations (the contract checks it).
+        _ => start_cluster(local::free_loopback_port(), None),
+    }
+}
+
+/// PostgreSQL 17 (`CONFORMANCE_POSTGRES_IMPL=postgres-17`): the same launcher, in the Debian 13
+/// root (`local::in_trixie`), with that root's server.
+fn start_on_trixie(port: u16) -> Result<LocalProcess, LocalError> {
+    const BIN: &str = "/usr/lib/postgresql/17/bin";
+    let name = Implementation::Postgres17.name();
+    let server = format!("{BIN}/postgres");
+    let mut command =
+        local::in_trixie(name, &server, "postgres/launcher.sh", Implementation::Postgres17.install_command())?;
+    command.arg(BIN).arg(port.to_string()).arg(USER);
+    local::start(name, "postgres", command, port, "postgres ready", Duration::from_secs(90))
 }
 
 /// A cluster of the caller's own in `folder` on `port`, kept there when it stops (made by initdb
@@ -91,6 +108,7 @@ fn broker() -> &'static Broker {
     static BROKER: OnceLock<Broker> = OnceLock::new();
     BROKER.get_or_init(|| {
         let running = source::start(&definition());
+        source::refuse_another_implementation_unless_local(&running, Implementation::Postgres);
         let url = running.endpoint(|address| format!("postgres://{USER}@{address}/postgres"));
         let address = url.clone();
         let connection = source::require_answer("postgres", &running, &url, async move {

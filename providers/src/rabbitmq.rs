@@ -125,18 +125,7 @@ fn broker() -> &'static Broker {
     static BROKER: OnceLock<Broker> = OnceLock::new();
     BROKER.get_or_init(|| {
         let running = source::start(&definition());
-        // Only the local source runs the chosen implementation: a verdict from another source
-        // must not be recorded under another version's name.
-        let implementation = crate::broker::implementation(Implementation::RabbitMq);
-        if implementation != Implementation::RabbitMq && running.source() != "local" {
-            let why = format!(
-                "{}={} needs the local source (CONFORMANCE_BROKERS=local), but the broker came from {}",
-                Implementation::RabbitMq.variable(),
-                implementation.name(),
-                running.source()
-            );
-            crate::broker::fatal("rabbitmq", &why);
-        }
+        source::refuse_another_implementation_unless_local(&running, Implementation::RabbitMq);
         let url = running.endpoint(|address| format!("amqp://guest:guest@{address}/%2f"));
         let address = url.clone();
         let connection =

@@ -97,18 +97,7 @@ fn broker() -> &'static Broker {
     static BROKER: OnceLock<Broker> = OnceLock::new();
     BROKER.get_or_init(|| {
         let running = source::start(&definition());
-        // Only the local source runs the chosen implementation: a verdict from another source
-        // must not be recorded under another version's name.
-        let implementation = crate::broker::implementation(Implementation::Redis);
-        if implementation != Implementation::Redis && running.source() != "local" {
-            let why = format!(
-                "{}={} needs the local source (CONFORMANCE_BROKERS=local), but the broker came from {}",
-                Implementation::Redis.variable(),
-                implementation.name(),
-                running.source()
-            );
-            crate::broker::fatal("redis", &why);
-        }
+        source::refuse_another_implementation_unless_local(&running, Implementation::Redis);
         let url = running.endpoint(|address| format!("redis://{address}"));
         let address = url.clone();
         let connection =

@@ -122,18 +122,7 @@ fn broker() -> &'static Broker {
     static BROKER: OnceLock<Broker> = OnceLock::new();
     BROKER.get_or_init(|| {
         let running = source::start(&definition());
-        // Only the local source runs the chosen implementation: a verdict from another source
-        // must not be recorded under rocketmq-rust's name.
-        let implementation = crate::broker::implementation(Implementation::Apache);
-        if implementation != Implementation::Apache && running.source() != "local" {
-            let why = format!(
-                "{}={} needs the local source (CONFORMANCE_BROKERS=local), but the broker came from {}",
-                Implementation::Apache.variable(),
-                implementation.name(),
-                running.source()
-            );
-            crate::broker::fatal("rocketmq", &why);
-        }
+        source::refuse_another_implementation_unless_local(&running, Implementation::Apache);
         let name_server = running.endpoint(|address| address.to_owned());
         let address = name_server.clone();
         let connection = source::require_answer("rocketmq", &running, &name_server, async move {

@@ -140,6 +140,23 @@ impl Running {
     }
 }
 
+/// Stops the binary if the environment names an implementation of `reference`'s transport other
+/// than the reference and the broker did not come from the local source: only the local source
+/// runs the chosen implementation, and a verdict from another source must not be recorded under
+/// its name.
+pub fn refuse_another_implementation_unless_local(running: &Running, reference: contract::Implementation) {
+    let implementation = crate::broker::implementation(reference);
+    if implementation != reference && running.source() != "local" {
+        let why = format!(
+            "{}={} needs the local source (CONFORMANCE_BROKERS=local), but the broker came from {}",
+            reference.variable(),
+            implementation.name(),
+            running.source()
+        );
+        fatal(reference.transport(), &why);
+    }
+}
+
 /// Resolves the source for `definition`, starts the broker and says on stderr which source it
 /// came from (one line per transport and binary, e.g. `gcp: broker from local (pstest …)`).
 /// A source that gives no broker stops the binary (a [`SourceError`] in a [`fatal`] line).

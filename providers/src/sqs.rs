@@ -88,18 +88,7 @@ fn broker() -> &'static Broker {
     static BROKER: OnceLock<Broker> = OnceLock::new();
     BROKER.get_or_init(|| {
         let running = source::start(&definition());
-        // Only the local source runs the chosen implementation: a verdict from another source
-        // must not be recorded under ElasticMQ's name.
-        let implementation = crate::broker::implementation(Implementation::Moto);
-        if implementation != Implementation::Moto && running.source() != "local" {
-            let why = format!(
-                "{}={} needs the local source (CONFORMANCE_BROKERS=local), but the broker came from {}",
-                Implementation::Moto.variable(),
-                implementation.name(),
-                running.source()
-            );
-            crate::broker::fatal("sqs", &why);
-        }
+        source::refuse_another_implementation_unless_local(&running, Implementation::Moto);
         let connection = match running.loopback_address() {
             Some(address) => SqsConnection::local(&format!("http://{address}")),
             // From the environment: its endpoint and credentials. Loading them is async; a plain

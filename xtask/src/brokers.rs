@@ -70,6 +70,8 @@ pub fn install_implementation(transport: &str, implementation: Option<Implementa
         ("rocketmq", Some(Implementation::RocketMqRust)) => install_rocketmq_rust(),
         ("rabbitmq", Some(Implementation::RabbitMq4)) => install_on_trixie("rabbitmq-server", "4.0.5"),
         ("redis", Some(Implementation::Redis8)) => install_on_trixie("redis-server", "8.0.2"),
+        ("mqtt", Some(Implementation::Mosquitto2)) => install_on_trixie("mosquitto", "2.0.21"),
+        ("postgres", Some(Implementation::Postgres17)) => install_on_trixie("postgresql-17", "17"),
         _ => install(transport),
     }
 }
@@ -255,7 +257,9 @@ fn install_on_trixie(package: &str, version: &str) -> Result<()> {
         let text = String::from_utf8_lossy(&output.stdout).into_owned();
         output.status.success().then(|| text.split_once(':').map_or(text.clone(), |(_, rest)| rest.to_owned()))
     };
-    let wanted = |installed: &str| installed.starts_with(&format!("{version}-"));
+    // "8.0.2" is 8.0.2-3; "17" is any 17.x.
+    let wanted =
+        |installed: &str| [format!("{version}-"), format!("{version}.")].iter().any(|p| installed.starts_with(p));
     if installed().is_some_and(|installed| wanted(&installed)) {
         return Ok(());
     }
