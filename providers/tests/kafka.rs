@@ -13,7 +13,9 @@ use gateway::transport::kafka::{KafkaConnection, KafkaSubscription};
 use gateway::{Channel, Message, MessageType, Producer, Subscription};
 
 mod support;
-use support::{defer_twice, receive, third_delivery_spends_the_budget, unique, KeptFolder};
+use support::{
+    receive, send_and_defer_twice, third_delivery_spends_the_budget, under_a_budget_of_three, unique, KeptFolder,
+};
 
 fn connection() -> &'static KafkaConnection {
     providers::kafka::connection()
@@ -142,10 +144,7 @@ async fn a_node_restart_between_deliveries_keeps_the_count_and_the_budget_fires_
     let ports = providers::kafka::free_kept_ports();
     let bootstrap = format!("127.0.0.1:{}", ports.0);
     let start = || providers::kafka::start_kept(&folder.0, ports).unwrap_or_else(|e| panic!("{e}"));
-    let topic = unique("restart");
-    let dead_letter = format!("{topic}-dlq");
-    let subscription =
-        Subscription::new(format!("{topic}-group"), &topic).with_requeue_count(3).with_dead_letter(&dead_letter);
+    let (subscription, reader) = under_a_budget_of_three(&unique("restart"));
     let channel_on = async |connection: &KafkaConnection, subscription: &Subscription| {
         let mut on_kafka = KafkaSubscription::new(subscription.clone());
         on_kafka.session_timeout = providers::kafka::SESSION_TIMEOUT;
@@ -155,10 +154,8 @@ async fn a_node_restart_between_deliveries_keeps_the_count_and_the_budget_fires_
     let node = start();
     let before = KafkaConnection::connect(&bootstrap).await.expect("connect");
     let consumer = channel_on(&before, &subscription).await;
-    let dead_letters = channel_on(&before, &Subscription::new(format!("{dead_letter}-reader"), &dead_letter)).await;
-    let sent = Message::new(&topic, MessageType::Command, "under a budget of 3");
-    before.producer().send(&sent).await.unwrap();
-    let presented = defer_twice(&*consumer, &subscription, sent.id()).await;
+    let dead_letters = channel_on(&before, &reader).await;
+    let (id, presented) = send_and_defer_twice(&before.producer(), &*consumer, &subscription).await;
 
     // librdkafka connects again on its own and fetches ahead: a consumer left open would hold
     // the third delivery across the restart, so this one leaves first, as a stopped consumer
@@ -171,7 +168,7 @@ async fn a_node_restart_between_deliveries_keeps_the_count_and_the_budget_fires_
 
     let after = KafkaConnection::connect(&bootstrap).await.expect("connect again");
     let consumer = channel_on(&after, &subscription).await;
-    let dead_letters = channel_on(&after, &Subscription::new(format!("{dead_letter}-reader"), &dead_letter)).await;
-    third_delivery_spends_the_budget(&*consumer, &*dead_letters, &subscription, sent.id(), presented).await;
+    let dead_letters = channel_on(&after, &reader).await;
+    third_delivery_spends_the_budget(&*consumer, &*dead_letters, &subscription, &id, presented).await;
     node.stop(Duration::from_secs(60)).unwrap_or_else(|e| panic!("{e}"));
 }

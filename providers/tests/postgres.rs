@@ -16,8 +16,8 @@ use gateway::{Channel, Message, MessageType, Producer, Subscription};
 mod support;
 use support::proxy::proxied;
 use support::{
-    assert_refused, comes_back_counted, defer_twice, receive, reset_before_acknowledge,
-    third_delivery_spends_the_budget, unique, KeptFolder,
+    assert_refused, comes_back_counted, receive, reset_before_acknowledge, send_and_defer_twice,
+    third_delivery_spends_the_budget, under_a_budget_of_three, unique, KeptFolder,
 };
 
 fn connection() -> &'static PostgresConnection {
@@ -258,10 +258,7 @@ async fn a_server_restart_between_deliveries_keeps_the_count_and_the_budget_fire
     let port = providers::local::free_loopback_port();
     let url = providers::postgres::url_at(port);
     let start = || providers::postgres::start_kept(&folder.0, port).unwrap_or_else(|e| panic!("{e}"));
-    let queue = unique("restart");
-    let dead_letter = format!("{queue}-dlq");
-    let subscription =
-        Subscription::new(format!("{queue}-sub"), &queue).with_requeue_count(3).with_dead_letter(&dead_letter);
+    let (subscription, reader) = under_a_budget_of_three(&unique("restart"));
     let channel_on = async |connection: &PostgresConnection, subscription: &Subscription| {
         let mut on_postgres = PostgresSubscription::new(subscription.clone());
         on_postgres.lease = Duration::from_secs(20);
@@ -272,9 +269,7 @@ async fn a_server_restart_between_deliveries_keeps_the_count_and_the_budget_fire
     let before = PostgresConnection::connect(&url).await.expect("connect");
     before.create_schema().await.expect("schema");
     let consumer = channel_on(&before, &subscription).await;
-    let sent = Message::new(&queue, MessageType::Command, "under a budget of 3");
-    before.producer().send(&sent).await.unwrap();
-    let presented = defer_twice(&*consumer, &subscription, sent.id()).await;
+    let (id, presented) = send_and_defer_twice(&before.producer(), &*consumer, &subscription).await;
 
     server.stop(Duration::from_secs(30)).unwrap_or_else(|e| panic!("{e}"));
     assert_refused(&*consumer, "the server stopped").await;
@@ -283,12 +278,12 @@ async fn a_server_restart_between_deliveries_keeps_the_count_and_the_budget_fire
 
     let after = PostgresConnection::connect(&url).await.expect("connect again");
     let consumer = channel_on(&after, &subscription).await;
-    let dead_letters = channel_on(&after, &Subscription::new(format!("{dead_letter}-reader"), &dead_letter)).await;
-    third_delivery_spends_the_budget(&*consumer, &*dead_letters, &subscription, sent.id(), presented).await;
+    let dead_letters = channel_on(&after, &reader).await;
+    third_delivery_spends_the_budget(&*consumer, &*dead_letters, &subscription, &id, presented).await;
     let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.expect("connect");
     tokio::spawn(connection);
-    assert!(counters(&client, &queue).await.is_empty(), "the original is still there");
-    assert!(counters(&client, &dead_letter).await.is_empty(), "a copy is left");
+    assert!(counters(&client, &subscription.routing_key).await.is_empty(), "the original is still there");
+    assert!(counters(&client, &reader.routing_key).await.is_empty(), "a copy is left");
     server.stop(Duration::from_secs(30)).unwrap_or_else(|e| panic!("{e}"));
 }
 

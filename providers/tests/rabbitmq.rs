@@ -19,8 +19,8 @@ use gateway::{Channel, Message, MessageType, Producer, Subscription};
 mod support;
 use support::proxy::proxied;
 use support::{
-    assert_refused, comes_back_counted, defer_twice, receive, reset_before_acknowledge,
-    third_delivery_spends_the_budget, unique, KeptFolder,
+    assert_refused, comes_back_counted, receive, reset_before_acknowledge, send_and_defer_twice,
+    third_delivery_spends_the_budget, under_a_budget_of_three, unique, KeptFolder,
 };
 
 fn connection() -> &'static RabbitMqConnection {
@@ -311,20 +311,14 @@ async fn a_node_restart_between_deliveries_keeps_the_quorum_count_and_the_budget
     let amqp = providers::rabbitmq::free_kept_port();
     let url = providers::rabbitmq::url_at(amqp);
     let start = || providers::rabbitmq::start_kept(&folder.0, amqp).unwrap_or_else(|e| panic!("{e}"));
-    let queue = unique("restart");
-    let dead_letter = format!("{queue}-dlq");
-    let subscription =
-        Subscription::new(format!("{queue}-sub"), &queue).with_requeue_count(3).with_dead_letter(&dead_letter);
+    let (subscription, reader) = under_a_budget_of_three(&unique("restart"));
     let on_quorum = |subscription: &Subscription| RabbitMqSubscription::quorum(subscription.clone(), None);
 
     let node = start();
     let before = RabbitMqConnection::connect(&url).await.expect("connect");
     let consumer = before.channel(&on_quorum(&subscription)).await.expect("channel");
-    let reader = Subscription::new(format!("{dead_letter}-reader"), &dead_letter);
     drop(before.channel(&on_quorum(&reader)).await.expect("the dead-letter queue, declared"));
-    let sent = Message::new(&queue, MessageType::Command, "under a budget of 3");
-    before.producer().send(&sent).await.unwrap();
-    let presented = defer_twice(&*consumer, &subscription, sent.id()).await;
+    let (id, presented) = send_and_defer_twice(&before.producer(), &*consumer, &subscription).await;
 
     node.stop(Duration::from_secs(60)).unwrap_or_else(|e| panic!("{e}"));
     assert_refused(&*consumer, "the node stopped").await;
@@ -334,7 +328,7 @@ async fn a_node_restart_between_deliveries_keeps_the_quorum_count_and_the_budget
     let after = RabbitMqConnection::connect(&url).await.expect("connect again");
     let consumer = after.channel(&on_quorum(&subscription)).await.expect("channel");
     let dead_letters = after.channel(&on_quorum(&reader)).await.expect("channel");
-    third_delivery_spends_the_budget(&*consumer, &*dead_letters, &subscription, sent.id(), presented).await;
+    third_delivery_spends_the_budget(&*consumer, &*dead_letters, &subscription, &id, presented).await;
     node.stop(Duration::from_secs(60)).unwrap_or_else(|e| panic!("{e}"));
 }
 

@@ -16,8 +16,8 @@ use gateway::{Channel, Message, MessageType, Producer, Subscription};
 mod support;
 use support::proxy::proxied;
 use support::{
-    assert_refused, comes_back_counted, defer_twice, receive, reset_before_acknowledge,
-    third_delivery_spends_the_budget, unique, KeptFolder,
+    assert_refused, comes_back_counted, receive, reset_before_acknowledge, send_and_defer_twice,
+    third_delivery_spends_the_budget, under_a_budget_of_three, unique, KeptFolder,
 };
 
 fn connection() -> &'static RedisConnection {
@@ -220,10 +220,7 @@ async fn a_server_restart_between_deliveries_keeps_the_count_and_the_budget_fire
     let port = providers::local::free_loopback_port();
     let url = providers::redis::url_at(port);
     let start = || providers::redis::start_kept(&folder.0, port).unwrap_or_else(|e| panic!("{e}"));
-    let stream = unique("restart");
-    let dead_letter = format!("{stream}-dlq");
-    let subscription =
-        Subscription::new(format!("{stream}-group"), &stream).with_requeue_count(3).with_dead_letter(&dead_letter);
+    let (subscription, reader) = under_a_budget_of_three(&unique("restart"));
     let channel_on = async |connection: &RedisConnection, subscription: &Subscription| {
         let mut on_redis = RedisSubscription::new(subscription.clone());
         on_redis.lease = Duration::from_secs(20);
@@ -233,9 +230,7 @@ async fn a_server_restart_between_deliveries_keeps_the_count_and_the_budget_fire
     let server = start();
     let before = RedisConnection::connect(&url).await.expect("connect");
     let consumer = channel_on(&before, &subscription).await;
-    let sent = Message::new(&stream, MessageType::Command, "under a budget of 3");
-    before.producer().send(&sent).await.unwrap();
-    let presented = defer_twice(&*consumer, &subscription, sent.id()).await;
+    let (id, presented) = send_and_defer_twice(&before.producer(), &*consumer, &subscription).await;
 
     server.stop(Duration::from_secs(30)).unwrap_or_else(|e| panic!("{e}"));
     assert_refused(&*consumer, "the server stopped").await;
@@ -245,8 +240,8 @@ async fn a_server_restart_between_deliveries_keeps_the_count_and_the_budget_fire
     let after = RedisConnection::connect(&url).await.expect("connect again");
     let consumer = channel_on(&after, &subscription).await;
     // A group sees the entries added after it: the reader's comes before the copy.
-    let dead_letters = channel_on(&after, &Subscription::new(format!("{dead_letter}-reader"), &dead_letter)).await;
-    third_delivery_spends_the_budget(&*consumer, &*dead_letters, &subscription, sent.id(), presented).await;
+    let dead_letters = channel_on(&after, &reader).await;
+    third_delivery_spends_the_budget(&*consumer, &*dead_letters, &subscription, &id, presented).await;
     server.stop(Duration::from_secs(30)).unwrap_or_else(|e| panic!("{e}"));
 }
 

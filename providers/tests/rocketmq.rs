@@ -13,7 +13,9 @@ use gateway::transport::rocketmq::{NativeMessageBuilder, RocketMqConnection, Roc
 use gateway::{Channel, Message, MessageType, Producer, Subscription};
 
 mod support;
-use support::{defer_twice, receive, third_delivery_spends_the_budget, unique, KeptFolder};
+use support::{
+    receive, send_and_defer_twice, third_delivery_spends_the_budget, under_a_budget_of_three, unique, KeptFolder,
+};
 
 fn connection() -> &'static RocketMqConnection {
     providers::rocketmq::connection()
@@ -139,10 +141,7 @@ async fn a_broker_restart_between_deliveries_keeps_the_count_and_the_budget_fire
     let ports = providers::rocketmq::free_ports();
     let name_server = format!("127.0.0.1:{}", ports.0);
     let start = || providers::rocketmq::start_kept(&folder.0, ports).unwrap_or_else(|e| panic!("{e}"));
-    let topic = unique("restart");
-    let dead_letter = format!("{topic}-dlq");
-    let subscription =
-        Subscription::new(format!("{topic}-group"), &topic).with_requeue_count(3).with_dead_letter(&dead_letter);
+    let (subscription, reader) = under_a_budget_of_three(&unique("restart"));
     let channel_on = async |connection: &RocketMqConnection, subscription: &Subscription| {
         let mut on_rocketmq = RocketMqSubscription::new(subscription.clone());
         on_rocketmq.invisible_time = Duration::from_secs(20);
@@ -152,10 +151,8 @@ async fn a_broker_restart_between_deliveries_keeps_the_count_and_the_budget_fire
     let broker = start();
     let before = RocketMqConnection::connect(&name_server).await.expect("connect");
     let consumer = channel_on(&before, &subscription).await;
-    let dead_letters = channel_on(&before, &Subscription::new(format!("{dead_letter}-reader"), &dead_letter)).await;
-    let sent = Message::new(&topic, MessageType::Command, "under a budget of 3");
-    before.producer().send(&sent).await.unwrap();
-    let presented = defer_twice(&*consumer, &subscription, sent.id()).await;
+    let dead_letters = channel_on(&before, &reader).await;
+    let (id, presented) = send_and_defer_twice(&before.producer(), &*consumer, &subscription).await;
     consumer.close().await.unwrap();
     dead_letters.close().await.unwrap();
     drop((consumer, dead_letters, before));
@@ -166,7 +163,7 @@ async fn a_broker_restart_between_deliveries_keeps_the_count_and_the_budget_fire
 
     let after = RocketMqConnection::connect(&name_server).await.expect("connect again");
     let consumer = channel_on(&after, &subscription).await;
-    let dead_letters = channel_on(&after, &Subscription::new(format!("{dead_letter}-reader"), &dead_letter)).await;
-    third_delivery_spends_the_budget(&*consumer, &*dead_letters, &subscription, sent.id(), presented).await;
+    let dead_letters = channel_on(&after, &reader).await;
+    third_delivery_spends_the_budget(&*consumer, &*dead_letters, &subscription, &id, presented).await;
     broker.stop(Duration::from_secs(90)).unwrap_or_else(|e| panic!("{e}"));
 }

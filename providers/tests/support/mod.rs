@@ -10,7 +10,7 @@ use std::time::Duration;
 use gateway::error::ErrorKind;
 use gateway::pump::{decide, Action, Outcome};
 use gateway::rejection::keys;
-use gateway::{Channel, Message, Subscription};
+use gateway::{Channel, Message, MessageType, Producer, Subscription};
 
 pub fn unique(name: &str) -> String {
     format!("bespoke-{name}-{}", &uuid::Uuid::new_v4().simple().to_string()[..8])
@@ -66,6 +66,27 @@ pub fn captured_logs(work: impl FnOnce()) -> String {
     tracing::subscriber::with_default(subscriber, work);
     let bytes = captured.0.lock().unwrap().clone();
     String::from_utf8(bytes).unwrap()
+}
+
+/// The restart tests' subscription: a consumer group `<topic>-group` on `topic` under a budget of
+/// 3, rejecting to `<topic>-dlq`; and the subscription of that dead-letter queue's reader.
+pub fn under_a_budget_of_three(topic: &str) -> (Subscription, Subscription) {
+    let dead_letter = format!("{topic}-dlq");
+    let reader = Subscription::new(format!("{dead_letter}-reader"), &dead_letter);
+    (Subscription::new(format!("{topic}-group"), topic).with_requeue_count(3).with_dead_letter(dead_letter), reader)
+}
+
+/// Sends a message to `subscription`'s topic through `producer`, then [`defer_twice`] on
+/// `consumer`: the message's id and the two counts presented.
+pub async fn send_and_defer_twice(
+    producer: &dyn Producer,
+    consumer: &dyn Channel,
+    subscription: &Subscription,
+) -> (String, Vec<u32>) {
+    let sent = Message::new(&subscription.routing_key, MessageType::Command, "under a budget of 3");
+    producer.send(&sent).await.unwrap();
+    let presented = defer_twice(consumer, subscription, sent.id()).await;
+    (sent.id().to_owned(), presented)
 }
 
 /// The restart tests' first half: `id` received twice on `consumer` and deferred each time by
