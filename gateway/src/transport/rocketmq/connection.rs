@@ -92,13 +92,21 @@ async fn started_producer(name_server: &str, group: String) -> Result<DefaultMQP
     Ok(producer)
 }
 
-/// A started handle on the client instance for `name_server` (one per process and name server).
+/// A started handle on the client instance for `name_server` (one per process and name server:
+/// its instance name is the name server's).
 async fn started_handle(
     name_server: &str,
     runtime: &GatewayRuntime,
 ) -> Result<Arc<ClientInstanceHandle>, ChannelError> {
     let mut config = ClientConfig::default();
     config.set_namesrv_addr(name_server.into());
+    // The client pools instances by ip@instance name: with the default name, a second name
+    // server in the same process found the first one's instance and was refused
+    // (core.argument.invalid), so one process could not talk to two clusters (seen when the
+    // restart test's own broker ran beside the shared one).
+    config.set_instance_name(
+        format!("gateway-{}", name_server.replace(|c: char| !c.is_ascii_alphanumeric(), "-")).into(),
+    );
     let handle = ClientInstanceHandle::get_or_create(client_runtime(), CLIENT_DOMAIN, config, None)
         .map_err(|e| broker_error(name_server, "create client", e))?;
     let handle = Arc::new(handle);
