@@ -18,6 +18,7 @@ mod selection;
 mod shard;
 mod test_names;
 mod workflows;
+mod workspace_tests;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -55,13 +56,16 @@ enum Task {
     /// Install local brokers, or build stand-in broker images
     #[command(subcommand)]
     Brokers(brokers::BrokersTask),
-    /// Run every test: install the local brokers, then `cargo test --workspace --all-features`
-    /// (the generated conformance cells through `conformance --transport all --check`: all at
+    /// Run every test: install the local brokers, then every test binary of `cargo test
+    /// --workspace --all-features`, a few at a time (the generated conformance cells through `conformance --transport all --check`: all at
     /// once, checked against the ledger, nothing written)
     Test {
         /// Where brokers come from (auto, env, containers, local); default: CONFORMANCE_BROKERS, else auto
         #[arg(long, value_enum, value_name = "SOURCE")]
         brokers: Option<contract::BrokerSource>,
+        /// How many of the workspace's test binaries run at the same time (each may start a broker)
+        #[arg(long, default_value_t = 3, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=64))]
+        jobs: u16,
     },
     /// Lint .github/workflows with actionlint (the pinned version, installed into .brokers/bin with Go)
     LintWorkflows,
@@ -89,26 +93,16 @@ fn generate(check: bool) -> Result<()> {
 
 /// Every test of the workspace, broker-backed ones included. The broker source reaches the test
 /// binaries as CONFORMANCE_BROKERS (providers::source resolves it there).
-fn test(brokers: Option<contract::BrokerSource>) -> Result<()> {
+fn test(brokers: Option<contract::BrokerSource>, jobs: u16) -> Result<()> {
     let brokers = match brokers {
         Some(brokers) => brokers,
         None => contract::BrokerSource::from_environment()?,
     };
     eprintln!("brokers: {} (each broker-backed test binary says which source it used)", brokers.name());
     brokers::installable().into_iter().try_for_each(brokers::install)?;
-    let cargo_test = |args: &[&str]| -> Result<()> {
-        let status = build::cargo()
-            .current_dir(root())
-            .arg("test")
-            .args(args)
-            .env(contract::BrokerSource::VARIABLE, brokers.name())
-            .status()?;
-        anyhow::ensure!(status.success(), "cargo test {} failed ({status})", args.join(" "));
-        Ok(())
-    };
     // Every package but the generated one, whose tests are the cells (its library has no tests
     // of its own, and compiles into every cell binary the check below builds).
-    cargo_test(&["--workspace", "--all-features", "--exclude", "generated"])?;
+    workspace_tests::run(&root(), brokers, usize::from(jobs))?;
     // The cells through the conformance runner, checked against the ledger and writing nothing:
     // each binary runs all its cells at once (each waits out its broker's lease, so a binary
     // takes its slowest cell, not the sum), Deferred cells too (one that passes now fails the
@@ -134,7 +128,7 @@ fn main() -> ExitCode {
         Task::Brokers(brokers::BrokersTask::Install { transports, implementation }) => {
             brokers::install_all(&transports, implementation)
         }
-        Task::Test { brokers } => test(brokers),
+        Task::Test { brokers, jobs } => test(brokers, jobs),
         Task::LintWorkflows => workflows::run(),
     };
     match result {
