@@ -13,7 +13,7 @@ use gateway::{Channel, ChannelError, MakeChannels, Producer, Subscription};
 
 use crate::assertion::{FullHeader, MessageAssertion};
 use crate::ceiling::{step, Watched};
-use crate::cell::{Cell, CellParts, CellSpec, Successor, Teardown};
+use crate::cell::{Ceilings, Cell, CellParts, CellSpec, Successor, Teardown};
 use crate::Provider;
 
 /// A cell's names, derived by its broker from the cell's unique name.
@@ -87,6 +87,11 @@ pub trait CellBroker: Send + Sync {
     /// The cell's producer, publishing to `plan.names.publish_topic`.
     fn producer(&self, plan: &CellPlan) -> Arc<dyn Producer>;
 
+    /// How long a cell waits for an arrival and for a routed copy ([`Ceilings`]).
+    fn ceilings(&self) -> Ceilings {
+        Ceilings::BROKER
+    }
+
     /// What must survive a round trip through the broker.
     fn assertion(&self) -> Arc<dyn MessageAssertion> {
         Arc::new(FullHeader)
@@ -151,6 +156,7 @@ pub async fn build<B: CellBroker + ?Sized>(broker: &'static B, spec: CellSpec) -
         dead_letter,
         invalid,
         assertion: broker.assertion(),
+        ceilings: broker.ceilings(),
         teardown: broker.teardown(created),
         successor,
     }

@@ -16,10 +16,18 @@ use crate::ceiling::step;
 
 /// How often templates look for an arrival.
 pub const POLL_INTERVAL: Duration = Duration::from_millis(500);
-/// How long a message may take to arrive on a channel.
-pub const ARRIVAL_CEILING: Duration = Duration::from_secs(30);
-/// How long a rejected copy may take to reach its destination.
-pub const REJECTION_CEILING: Duration = Duration::from_secs(60);
+/// How long a cell waits for one arrival, and for one routed copy, before it fails. Only a
+/// failing cell waits them out, so they bound what a defect costs a mutation run, not a healthy run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ceilings {
+    pub arrival: Duration,
+    pub rejection: Duration,
+}
+
+impl Ceilings {
+    /// Room for a broker under a whole matrix: a lapse, a redelivery, a slow dead-letter route.
+    pub const BROKER: Ceilings = Ceilings { arrival: Duration::from_secs(30), rejection: Duration::from_secs(60) };
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Variant {
@@ -109,6 +117,7 @@ pub struct CellParts {
     pub dead_letter: Option<Arc<dyn Channel>>,
     pub invalid: Option<Arc<dyn Channel>>,
     pub assertion: Arc<dyn MessageAssertion>,
+    pub ceilings: Ceilings,
     pub teardown: Option<Box<dyn Teardown>>,
     pub successor: Successor,
 }
@@ -297,11 +306,17 @@ impl Cell {
         }
     }
 
-    /// The next delivery of `id` on the cell's channel; panics after `ARRIVAL_CEILING`.
+    /// How long one arrival may take on this cell's broker ([`Ceilings`]).
+    pub fn arrival_ceiling(&self) -> Duration {
+        self.parts.ceilings.arrival
+    }
+
+    /// The next delivery of `id` on the cell's channel; panics after the arrival ceiling.
     pub async fn receive(&self, id: &str) -> Message {
-        self.receive_within(id, ARRIVAL_CEILING).await.unwrap_or_else(|| {
-            panic!("{id} did not arrive on {} within {ARRIVAL_CEILING:?}", self.parts.channel.name())
-        })
+        let ceiling = self.arrival_ceiling();
+        self.receive_within(id, ceiling)
+            .await
+            .unwrap_or_else(|| panic!("{id} did not arrive on {} within {ceiling:?}", self.parts.channel.name()))
     }
 
     pub async fn receive_within(&self, id: &str, ceiling: Duration) -> Option<Message> {
@@ -316,15 +331,16 @@ impl Cell {
 
     async fn rejected_copy(&self, invalid: bool, id: &str, guard: impl FnMut()) -> Message {
         let destination = self.destination(invalid);
-        let copy = poll_for(destination, id, REJECTION_CEILING, guard)
+        let ceiling = self.parts.ceilings.rejection;
+        let copy = poll_for(destination, id, ceiling, guard)
             .await
-            .unwrap_or_else(|| panic!("no copy of {id} reached {} within {REJECTION_CEILING:?}", destination.name()));
+            .unwrap_or_else(|| panic!("no copy of {id} reached {} within {ceiling:?}", destination.name()));
         let _step = step(|| format!("acknowledging the copy of {id} on {}", destination.name()));
         destination.acknowledge(&copy).await.expect("acknowledging the rejected copy");
         copy
     }
 
-    /// The copy of `id` on the dead-letter channel; panics after `REJECTION_CEILING`.
+    /// The copy of `id` on the dead-letter channel; panics after the rejection ceiling.
     pub async fn dead_letter_copy(&self, id: &str) -> Message {
         self.rejected_copy(false, id, || {}).await
     }
@@ -334,7 +350,7 @@ impl Cell {
         self.rejected_copy(false, id, guard).await
     }
 
-    /// The copy of `id` on the invalid-message channel; panics after `REJECTION_CEILING`.
+    /// The copy of `id` on the invalid-message channel; panics after the rejection ceiling.
     pub async fn invalid_copy(&self, id: &str) -> Message {
         self.rejected_copy(true, id, || {}).await
     }
@@ -344,9 +360,10 @@ impl Cell {
     /// The release must bring it back within `at_once`, before the reader's lease could lapse.
     pub async fn dead_letter_copy_twice(&self, id: &str, at_once: Duration) -> [Message; 2] {
         let destination = self.destination(false);
-        let first = poll_for(destination, id, REJECTION_CEILING, || {})
+        let ceiling = self.parts.ceilings.rejection;
+        let first = poll_for(destination, id, ceiling, || {})
             .await
-            .unwrap_or_else(|| panic!("no copy of {id} reached {} within {REJECTION_CEILING:?}", destination.name()));
+            .unwrap_or_else(|| panic!("no copy of {id} reached {} within {ceiling:?}", destination.name()));
         let releasing = step(|| format!("releasing the copy of {id} on {}", destination.name()));
         destination.nack(&first).await.expect("releasing the rejected copy");
         drop(releasing);
@@ -422,6 +439,10 @@ impl BlockingCell {
 
     pub fn subscription(&self) -> &Subscription {
         self.cell.subscription()
+    }
+
+    pub fn arrival_ceiling(&self) -> Duration {
+        self.cell.arrival_ceiling()
     }
 
     /// The cell's consumer, blocking (made anew after a [`BlockingCell::restart`]).

@@ -39,9 +39,7 @@ use async_trait::async_trait;
 
 pub use assertion::MessageAssertion;
 pub use ceiling::{within_ceiling, within_ceiling_async};
-pub use cell::{
-    BlockingCell, Cell, CellParts, CellSpec, Teardown, Variant, ARRIVAL_CEILING, POLL_INTERVAL, REJECTION_CEILING,
-};
+pub use cell::{BlockingCell, Ceilings, Cell, CellParts, CellSpec, Teardown, Variant, POLL_INTERVAL};
 #[cfg(feature = "gcp")]
 pub use gcp::{gcp_pull, gcp_pull_ordering, gcp_stream, gcp_stream_ordering};
 #[cfg(feature = "kafka")]

@@ -1,12 +1,14 @@
 //! The in-memory configuration: one broker per test binary, queues named per cell.
 
 use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use gateway::transport::memory::MemoryBroker;
 use gateway::{Channel, Producer};
 
 use crate::builder::{reader_subscription, CellBroker, CellNames, CellPlan};
+use crate::cell::Ceilings;
 use crate::fault::{Fault, StaleRequeue};
 
 pub struct Memory {
@@ -49,5 +51,13 @@ impl CellBroker for Memory {
 
     fn producer(&self, _: &CellPlan) -> Arc<dyn Producer> {
         Arc::new(self.broker.producer())
+    }
+
+    /// In-process, nothing is slower than its timers: the longest a healthy cell waits for one
+    /// arrival is FR-9's delay (3 s) and its at-once bound (1.6 s, templates/manifest.yaml), and
+    /// the whole matrix takes 5 s. Twice the longest wait, so a defect that loses a message fails
+    /// its cell in 10 s, not the 30 or 60 a broker needs (a third of the memory mutation run).
+    fn ceilings(&self) -> Ceilings {
+        Ceilings { arrival: Duration::from_secs(10), rejection: Duration::from_secs(10) }
     }
 }

@@ -25,8 +25,8 @@ fn a_pump_stopped_mid_handling_loses_nothing() {
         cell.send(&sent).await;
         let handler = HoldsThenDefers::new(HOLD);
         let pump = Proactor::new(cell.channel(), cell.subscription().clone(), TextMapper, handler.clone()).start();
-        let dispatched = handler.dispatched(sent.id(), providers::ARRIVAL_CEILING).await;
-        assert!(dispatched, "{} was not dispatched within {:?}", sent.id(), providers::ARRIVAL_CEILING);
+        let dispatched = handler.dispatched(sent.id(), cell.arrival_ceiling()).await;
+        assert!(dispatched, "{} was not dispatched within {:?}", sent.id(), cell.arrival_ceiling());
         // Stopped while its handler holds the message: the stop waits for the handler, within its limit.
         let stats = pump.stop().await.expect("the pump stops within its limit once its handler returns");
         assert_eq!(handler.dispatches(sent.id()), 1, "dispatched once");

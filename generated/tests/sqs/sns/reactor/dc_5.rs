@@ -32,7 +32,7 @@ fn messages_in_flight_come_back_when_their_consumer_closes() {
         }
         let ids = [sent[0].id(), sent[1].id(), sent[2].id()];
         // All three in flight at once, none settled.
-        let held = cell.receive_each(&ids, providers::ARRIVAL_CEILING);
+        let held = cell.receive_each(&ids, cell.arrival_ceiling());
         for (sent, held) in sent.iter().zip(&held) {
             let mut held = held.clone();
             held.header.handled_count = sent.header.handled_count;
