@@ -3,9 +3,9 @@
 //! merged sharded run cannot drift from an unsharded one. The update rules themselves are
 //! `ledger::Ledger::apply`; this module only sequences the writes around them.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use generator::Manifest;
 use ledger::{CellResult, Ledger, RunRecord, UpdateReport};
 
@@ -16,10 +16,12 @@ pub(crate) struct Applied {
     pub(crate) problems: Vec<String>,
 }
 
-/// Applies `results` to `ledger` by the update rules and writes the folder: `cells.tsv`
-/// (atomically), one `record` appended to `runs.jsonl`, and `LEDGER.md` with `LEDGER.svg`. For
-/// the project's own ledger/ the generated code is regenerated as well (a Fixed cell loses its
-/// `#[ignore]`; the generator also renders the pages); another folder gets only its pages.
+/// Applies `results` to `ledger` by the update rules and writes the folder as one change:
+/// `cells.tsv`, `runs.jsonl` with `record` appended, and the pages rendered from them (`LEDGER.md`,
+/// `LEDGER.svg`) are staged, then renamed into place together, so a failure leaves every one as it
+/// was. For the project's own ledger/ the generated code is regenerated after (a Fixed cell loses
+/// its `#[ignore]`): derived from the ledger just written, it is redone by `cargo xtask generate`
+/// if that fails, and `generate --check` finds it stale until then.
 /// `every_variant`: whether the run covered both pump variants, so a cell missing one is a problem.
 pub(crate) fn apply(
     root: &Path,
@@ -32,20 +34,25 @@ pub(crate) fn apply(
 ) -> Result<Applied> {
     let report = ledger.apply(results);
     let (cells_path, runs_path) = (ledger_dir.join("cells.tsv"), ledger_dir.join("runs.jsonl"));
-    // The statuses and the run record that is their evidence change together or not at all, and
-    // an interrupt waits until the pages are rendered from them too.
     let cells = ledger.text_for(&cells_path)?;
     let runs = ledger::with_run_appended(&runs_path, record)?;
+    let rows: Vec<(&str, &str)> =
+        manifest.configurations.iter().map(|c| (c.name.as_str(), c.transport.as_str())).collect();
+    let pages = ledger.render_pages(&rows, &manifest.behaviour_ids(), &ledger::runs::parse_runs(&runs, &runs_path)?);
+    let page_paths: Vec<PathBuf> = pages.iter().map(|(name, _)| ledger_dir.join(name)).collect();
+    let mut files = vec![(cells_path.as_path(), cells.as_str()), (runs_path.as_path(), runs.as_str())];
+    files.extend(page_paths.iter().zip(&pages).map(|(path, (_, page))| (path.as_path(), page.as_str())));
+    // An interrupt waits until the generated code is written too.
     let _interrupts_wait = crate::interrupts::Deferred::begin();
-    ledger::file::write_together(&[(&cells_path, &cells), (&runs_path, &runs)])?;
-    if ledger_dir == root.join("ledger") {
-        generator::generate(root, generator::Mode::Write)?;
-    } else {
-        let rows: Vec<(&str, &str)> =
-            manifest.configurations.iter().map(|c| (c.name.as_str(), c.transport.as_str())).collect();
-        let runs = ledger::read_runs(&ledger_dir.join("runs.jsonl"))?;
-        let pages = ledger.render_pages(&rows, &manifest.behaviour_ids(), &runs);
-        ledger::pages::write_pages(ledger_dir, &pages)?;
+    ledger::file::write_together(&files)?;
+    if ledger_dir == root.join(generator::LEDGER_DIR) {
+        generator::generate(root, generator::Mode::Write).with_context(|| {
+            format!(
+                "the ledger in {} is written, but generated/ could not be regenerated from it; run `{}`",
+                ledger_dir.display(),
+                generator::COMMAND
+            )
+        })?;
     }
     Ok(Applied { problems: problems(ledger, &report, every_variant), report })
 }

@@ -111,6 +111,31 @@ fn a_run_narrowed_to_one_cell_runs_exactly_that_cell_and_changes_no_other_row() 
     assert!(!runs.contains("\"variant\":\"reactor\""), "the reactor variant did not run: {runs}");
 }
 
+/// The worst moment for a page: the cells ran, the new statuses and their run record are ready,
+/// and a page cannot be written (a folder where LEDGER.svg goes). The statuses, the record and
+/// the pages are staged together, so none of them changes.
+#[test]
+fn a_page_that_cannot_be_written_after_the_cells_ran_leaves_the_whole_ledger_as_it_was() {
+    let ledger = scratch_ledger();
+    let cells_path = ledger.path().join("cells.tsv");
+    // A missing row: the run would add memory/FR-23 as Pass.
+    let cells: String = std::fs::read_to_string(&cells_path)
+        .unwrap()
+        .lines()
+        .filter(|line| !line.starts_with("memory\tFR-23\t"))
+        .map(|line| format!("{line}\n"))
+        .collect();
+    std::fs::write(&cells_path, &cells).unwrap();
+    std::fs::create_dir(ledger.path().join("LEDGER.svg")).unwrap();
+    let output = conformance_with(ledger.path(), &["--configuration", "memory", "--behaviour", "FR-23"]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success() && stderr.contains("LEDGER.svg"), "the run fails naming the page: {stderr}");
+    assert!(stderr.contains("[  2/2] memory::"), "the cells ran before the write: {stderr}");
+    assert!(std::fs::read_to_string(&cells_path).unwrap() == cells, "no status changed");
+    assert!(!ledger.path().join("runs.jsonl").exists(), "no run record without its pages");
+    assert!(!ledger.path().join("LEDGER.md").exists(), "no page without the others");
+}
+
 /// `cargo xtask test` runs the cells as `--check`: a result the ledger does not hold fails the
 /// run, and nothing is written either way (a check's findings would otherwise be lost).
 #[test]
