@@ -101,3 +101,44 @@ fn problems(ledger: &Ledger, report: &UpdateReport, every_variant: bool) -> Vec<
     }
     problems
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ledger::{CellId, VariantResult};
+
+    /// The worst moment for the generated tree: the ledger is written, then regenerating fails
+    /// (here: a root without templates). The ledger is complete, and the error says how to finish.
+    #[test]
+    fn a_generated_tree_that_cannot_be_regenerated_leaves_the_ledger_complete_and_says_so() {
+        let project = crate::root();
+        let manifest = Manifest::load(&project.join(generator::MANIFEST), &project.join("templates")).unwrap();
+        let root = tempfile::tempdir().unwrap();
+        let ledger_dir = root.path().join(generator::LEDGER_DIR);
+        std::fs::create_dir(&ledger_dir).unwrap();
+        let cells_path = ledger_dir.join("cells.tsv");
+        std::fs::copy(project.join(generator::LEDGER), &cells_path).unwrap();
+        let mut ledger = Ledger::load(&cells_path).unwrap();
+        let cell: CellId = "memory/DC-1".parse().unwrap();
+        let passed = CellResult { cell: cell.clone(), reactor: VariantResult::Passed, proactor: VariantResult::Passed };
+        let record =
+            RunRecord { date: "2026-12-03T00:00:00Z".into(), commit: "abc1234".into(), ..RunRecord::default() };
+
+        let outcome = apply(root.path(), &manifest, &ledger_dir, &mut ledger, &[passed], &record, true);
+        let message = format!("{:#}", outcome.err().expect("regenerating fails"));
+        assert!(message.contains("is written, but generated/ could not be regenerated"), "{message}");
+        assert!(message.contains("run `cargo xtask generate`"), "{message}");
+        // Complete: the new status, its record and the pages rendered from them.
+        let written = Ledger::load(&cells_path).unwrap();
+        assert_eq!(
+            written.get(&cell).map(ToString::to_string).as_deref(),
+            Some("Fixed (#26)"),
+            "Deferred, now passing"
+        );
+        assert_eq!(ledger::read_runs(&ledger_dir.join("runs.jsonl")).unwrap(), [record]);
+        let page = std::fs::read_to_string(ledger_dir.join(ledger::pages::MARKDOWN)).unwrap();
+        let row = page.lines().find(|line| line.starts_with("| memory |")).expect("a row for memory");
+        assert!(row.contains("| Fixed (#26) |"), "the page shows the new status: {row}");
+        assert!(ledger_dir.join(ledger::pages::SVG).exists());
+    }
+}
