@@ -37,6 +37,18 @@ fn start_local() -> Result<LocalProcess, LocalError> {
     if crate::broker::implementation(Implementation::Mosquitto) == Implementation::Mosquitto2 {
         return start_on_trixie();
     }
+    launch(local::free_loopback_port(), None)
+}
+
+/// A mosquitto of the caller's own on `port`, persisting its sessions and queued messages in
+/// `store` and reading them back when started again on it: a test stops it and starts it again
+/// between two deliveries. Its address is `127.0.0.1:{port}`.
+pub fn start_kept(store: &Path, port: u16) -> Result<LocalProcess, LocalError> {
+    launch(port, Some(store))
+}
+
+/// Debian's mosquitto behind the launcher on `port`, persisting into `store` when given.
+fn launch(port: u16, store: Option<&Path>) -> Result<LocalProcess, LocalError> {
     if !Path::new(MOSQUITTO).exists() {
         let missing = MOSQUITTO.into();
         return Err(LocalError::NotInstalled {
@@ -45,12 +57,12 @@ fn start_local() -> Result<LocalProcess, LocalError> {
             install: "cargo xtask brokers install mqtt",
         });
     }
-    let port = local::free_loopback_port();
     let mut command = Command::new("bash");
     command
         .arg(local::workspace_root().join("providers/brokers/mosquitto/launcher.sh"))
         .arg(MOSQUITTO)
-        .arg(port.to_string());
+        .arg(port.to_string())
+        .args(store);
     local::start("mosquitto", "mqtt", command, port, "mosquitto ready", Duration::from_secs(30))
 }
 

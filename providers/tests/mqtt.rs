@@ -5,7 +5,8 @@
 //! published while its channel was gone; the dead-letter copy keeping its stamp across
 //! dead-letter reads; an unreadable payload routed as Unacceptable; a delay refused; and
 //! a channel whose session another connection takes over (past the claim check) ending, saying
-//! so, instead of taking it back.
+//! so, instead of taking it back; a connection reset before the acknowledge; and a broker restart
+//! between two deliveries.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,7 +18,9 @@ use gateway::{Channel, Message, MessageType, Producer, Subscription};
 
 mod support;
 use support::proxy::proxied;
-use support::{receive, unique};
+use support::{
+    receive, send_and_defer_twice, third_delivery_spends_the_budget, under_a_budget_of_three, unique, KeptFolder,
+};
 
 fn connection() -> &'static MqttConnection {
     providers::mqtt::connection()
@@ -233,4 +236,38 @@ async fn a_connection_reset_before_the_acknowledge_resends_on_the_reconnected_se
     assert_eq!(again.header.handled_count, 0, "MQTT has no counter: the resend presents the header's count");
     consumer.acknowledge(&again).await.unwrap();
     assert!(receive(&*consumer, sent.id(), Duration::from_secs(3)).await.is_none(), "acknowledged, yet resent");
+}
+
+/// mosquitto is stopped and started again on its store between the second and third deliveries
+/// of a message under a budget of 3. MQTT keeps no delivery counter: the count is the gateway's,
+/// republished with each requeue, and the republished copy waits in the persistent session, which
+/// mosquitto writes to its store when it stops. So the count continues: the third delivery, on a
+/// new connection, presents 2, and the pumps' rule rejects it, one copy stamped 3. Without a store
+/// (`persistence false`, as the matrix's broker runs) the sessions and the copy do not survive
+/// the restart: the message is lost, not counted again from 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broker_restart_between_deliveries_keeps_the_republished_count_in_the_session() {
+    let store = KeptFolder::new("restarted-mosquitto");
+    let port = providers::local::free_loopback_port();
+    let address = format!("127.0.0.1:{port}");
+    let start = || providers::mqtt::start_kept(&store.0, port).unwrap_or_else(|e| panic!("{e}"));
+    let (subscription, reader) = under_a_budget_of_three(&unique("restart"));
+
+    let broker = start();
+    let before = MqttConnection::connect(&address).await.expect("connect");
+    let consumer = before.channel(&subscription).await.unwrap();
+    // Subscribed before anything is routed: a session receives only what is published after it.
+    let dead_letters = before.channel(&reader).await.unwrap();
+    let (id, presented) = send_and_defer_twice(&before.producer(), &*consumer, &subscription).await;
+    consumer.close().await.unwrap();
+    dead_letters.close().await.unwrap();
+    drop((consumer, dead_letters, before));
+    broker.stop(Duration::from_secs(30)).unwrap_or_else(|e| panic!("{e}"));
+    let broker = start();
+
+    let after = MqttConnection::connect(&address).await.expect("connect again");
+    let consumer = after.channel(&subscription).await.unwrap();
+    let dead_letters = after.channel(&reader).await.unwrap();
+    third_delivery_spends_the_budget(&*consumer, &*dead_letters, &subscription, &id, presented).await;
+    broker.stop(Duration::from_secs(30)).unwrap_or_else(|e| panic!("{e}"));
 }

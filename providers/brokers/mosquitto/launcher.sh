@@ -3,7 +3,9 @@
 # `cargo xtask brokers install mqtt`) with a generated configuration, on a loopback port given by
 # the caller, never the system service.
 #
-# Usage: launcher.sh <mosquitto binary> <port>
+# Usage: launcher.sh <mosquitto binary> <port> [<store folder>]
+# With a store folder, mosquitto persists its sessions and queued messages there (written when it
+# stops) and reads them back when it starts on the same folder: a broker a test restarts.
 # Writes the configuration in a temporary folder of its own, starts mosquitto, and prints
 # `mosquitto ready ...` on stdout once the port accepts connections (mosquitto's own lines,
 # "Opening ipv4 listen socket on port ..." and "mosquitto version ... running", come just before).
@@ -11,13 +13,22 @@
 # and deletes the folder. mosquitto logs to stdout only (errors, warnings, notices: no
 # per-message lines), where the test binary keeps the last lines for an error.
 set -u
-mosquitto=$1 port=$2
+mosquitto=$1 port=$2 store=${3:-}
 work=$(mktemp -d "${TMPDIR:-/tmp}/conformance-mosquitto.XXXXXX") || exit 1
+if [[ -n $store ]]; then
+    mkdir -p "$store" || exit 1
+    # Run as root, mosquitto drops to its own user, which cannot write the caller's folder.
+    persistence="persistence true
+persistence_location $store/
+user $(id -un)"
+else
+    persistence="persistence false"
+fi
 cat > "$work/mosquitto.conf" <<CONF
 # Written by the conformance launcher.
 listener $port 127.0.0.1
 allow_anonymous true
-persistence false
+$persistence
 # Sessions of every cell's subscriptions queue here between receives.
 max_queued_messages 100000
 max_inflight_messages 100
