@@ -307,17 +307,32 @@ async fn an_unreadable_message_is_routed_as_unacceptable() {
 /// lost node, also once it is back, and a consumer connects again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_restart_between_deliveries_keeps_the_quorum_count_and_the_budget_fires_on_the_third() {
+    node_restart_between_deliveries(|subscription| RabbitMqSubscription::quorum(subscription.clone(), None)).await;
+}
+
+/// The same restart on a classic queue, which keeps no counter: the count is the gateway's,
+/// republished with each requeue as a persistent message of the durable queue, so the copy and
+/// its count are in the node's message store and survive the restart. The third delivery presents
+/// 2 too: because the copy survived, not because the broker counted (a lapse or a closed channel
+/// is not counted on a classic queue: rabbitmq/DC-1 and DC-4 stay Deferred for that).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_restart_between_deliveries_keeps_the_republished_classic_count() {
+    node_restart_between_deliveries(|subscription| RabbitMqSubscription::classic(subscription.clone())).await;
+}
+
+/// Defers a message twice under a budget of 3 on the queue `on_queue` declares, stops the node
+/// gracefully and starts it on its database, then shows the third delivery spending the budget.
+async fn node_restart_between_deliveries(on_queue: impl Fn(&Subscription) -> RabbitMqSubscription) {
     let folder = KeptFolder::new("restarted-node");
     let amqp = providers::rabbitmq::free_kept_port();
     let url = providers::rabbitmq::url_at(amqp);
     let start = || providers::rabbitmq::start_kept(&folder.0, amqp).unwrap_or_else(|e| panic!("{e}"));
     let (subscription, reader) = under_a_budget_of_three(&unique("restart"));
-    let on_quorum = |subscription: &Subscription| RabbitMqSubscription::quorum(subscription.clone(), None);
 
     let node = start();
     let before = RabbitMqConnection::connect(&url).await.expect("connect");
-    let consumer = before.channel(&on_quorum(&subscription)).await.expect("channel");
-    drop(before.channel(&on_quorum(&reader)).await.expect("the dead-letter queue, declared"));
+    let consumer = before.channel(&on_queue(&subscription)).await.expect("channel");
+    drop(before.channel(&on_queue(&reader)).await.expect("the dead-letter queue, declared"));
     let (id, presented) = send_and_defer_twice(&before.producer(), &*consumer, &subscription).await;
 
     node.stop(Duration::from_secs(60)).unwrap_or_else(|e| panic!("{e}"));
@@ -326,8 +341,8 @@ async fn a_node_restart_between_deliveries_keeps_the_quorum_count_and_the_budget
     assert_refused(&*consumer, "the node back").await;
 
     let after = RabbitMqConnection::connect(&url).await.expect("connect again");
-    let consumer = after.channel(&on_quorum(&subscription)).await.expect("channel");
-    let dead_letters = after.channel(&on_quorum(&reader)).await.expect("channel");
+    let consumer = after.channel(&on_queue(&subscription)).await.expect("channel");
+    let dead_letters = after.channel(&on_queue(&reader)).await.expect("channel");
     third_delivery_spends_the_budget(&*consumer, &*dead_letters, &subscription, &id, presented).await;
     node.stop(Duration::from_secs(60)).unwrap_or_else(|e| panic!("{e}"));
 }
