@@ -9,6 +9,20 @@ import logging
 import sys
 
 from moto.server import ThreadedMotoServer
+from moto.sns import models as sns_models
+
+
+def _topic_subscriptions_snapshot(self, topic):
+    # moto 5.2.5 (the newest) iterates its subscriptions live while a request thread of its own
+    # threaded server subscribes or unsubscribes another cell's queue: "RuntimeError: OrderedDict
+    # mutated during iteration", a 500 to the Publish, which the AWS SDK retries with backoff
+    # (under the whole matrix, a republishing requeue took over 10 s: sns DC-6's pump stop limit,
+    # 2 runs in 3). moto's other readers of the map take a copy first; this one does too. No SNS
+    # semantics change: the same subscriptions, read as of one moment.
+    return [sub for sub in list(self.subscriptions.values()) if sub.topic == topic]
+
+
+sns_models.SNSBackend._get_topic_subscriptions = _topic_subscriptions_snapshot
 
 
 def main() -> None:
