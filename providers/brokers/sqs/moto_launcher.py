@@ -9,20 +9,62 @@ import logging
 import sys
 
 from moto.server import ThreadedMotoServer
+from werkzeug.serving import BaseWSGIServer
 from moto.sns import models as sns_models
+from moto.sqs import models as sqs_models
 
 
-def _topic_subscriptions_snapshot(self, topic):
-    # moto 5.2.5 (the newest) iterates its subscriptions live while a request thread of its own
-    # threaded server subscribes or unsubscribes another cell's queue: "RuntimeError: OrderedDict
-    # mutated during iteration", a 500 to the Publish, which the AWS SDK retries with backoff
-    # (under the whole matrix, a republishing requeue took over 10 s: sns DC-6's pump stop limit,
-    # 2 runs in 3). moto's other readers of the map take a copy first; this one does too. No SNS
-    # semantics change: the same subscriptions, read as of one moment.
-    return [sub for sub in list(self.subscriptions.values()) if sub.topic == topic]
+def _snapshot_views(mapping):
+    """`mapping` as the same kind of dict whose iteration and views are copies.
+
+    moto 5.2.5 (the newest) iterates its queue and subscription maps live while another request
+    thread of its threaded server adds or removes an entry: "dictionary changed size during
+    iteration" in Queue._setup_dlq (a CreateQueue with a redrive policy, while another cell
+    creates its queue) and "OrderedDict mutated during iteration" in
+    SNSBackend._get_topic_subscriptions (a Publish, while another cell subscribes). The request
+    gets a 500, which the AWS SDK retries with backoff: under the whole matrix a republishing
+    requeue took over 10 s, sns DC-6's pump stop limit (2 runs in 3). A copy made by list() of a
+    dict holds the GIL throughout, so it cannot race; no SQS or SNS semantics change.
+    """
+
+    class Snapshot(type(mapping)):
+        def __iter__(self):
+            return iter(list(super().keys()))
+
+        def keys(self):
+            return list(super().keys())
+
+        def values(self):
+            return list(super().values())
+
+        def items(self):
+            return list(super().items())
+
+    return Snapshot(mapping)
 
 
-sns_models.SNSBackend._get_topic_subscriptions = _topic_subscriptions_snapshot
+def _iterated_as_snapshots(backend, *maps):
+    original = backend.__init__
+
+    def __init__(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        for name in maps:
+            setattr(self, name, _snapshot_views(getattr(self, name)))
+
+    backend.__init__ = __init__
+
+
+_iterated_as_snapshots(sqs_models.SQSBackend, "queues")
+_iterated_as_snapshots(sns_models.SNSBackend, "subscriptions")
+
+
+# werkzeug listens with a backlog of 128, and moto accepts connections on one thread, which the
+# GIL and two busy cores starve under a whole matrix: the accept queue was seen full (129 of 128,
+# `ss -ltn`) and the kernel dropped 443 connection attempts in one all-transport run
+# (TcpExtListenOverflows), each an AWS SDK connect timing out after 3.1 s and retried with backoff
+# (sqs-family cells missing their bounds, a pump's settle taking over 10 s). The kernel completes
+# a handshake for moto while its queue has room; 4096 is this machine's somaxconn.
+BaseWSGIServer.request_queue_size = 4096
 
 
 def main() -> None:
