@@ -9,14 +9,14 @@ use providers::{CellSpec, Provider, Variant};
 #[test]
 fn requeue_redelivers() {
     providers::within_ceiling(|| {
-        // This configuration's bounds (templates/manifest.yaml): lease 10000 ms, counter exact.
+        // This configuration's bounds (templates/manifest.yaml): lease 16000 ms, counter exact.
         #[allow(unused)]
-        const AT_ONCE: std::time::Duration = std::time::Duration::from_millis(1840);
+        const AT_ONCE: std::time::Duration = std::time::Duration::from_millis(6740);
         #[allow(unused)]
-        const SETTLE: std::time::Duration = std::time::Duration::from_millis(11840);
+        const SETTLE: std::time::Duration = std::time::Duration::from_millis(22740);
 
         let cell = providers::gcp_pull().blocking_cell(
-            CellSpec::new("FR-22", Variant::Reactor).with_lease(Some(std::time::Duration::from_millis(10000))),
+            CellSpec::new("FR-22", Variant::Reactor).with_lease(Some(std::time::Duration::from_millis(16000))),
         );
         let sent = cell.message();
         cell.send(&sent);
@@ -35,7 +35,7 @@ fn requeue_redelivers() {
         // would only come back after it.
         let mut redelivered = cell.receive_within(sent.id(), AT_ONCE).unwrap_or_else(|| {
             panic!(
-                "{} was not redelivered within {AT_ONCE:?} of the release, before its 10000 ms lease lapsed",
+                "{} was not redelivered within {AT_ONCE:?} of the release, before its 16000 ms lease lapsed",
                 sent.id()
             )
         });

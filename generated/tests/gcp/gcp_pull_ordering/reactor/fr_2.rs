@@ -10,15 +10,15 @@ use providers::{CellSpec, Provider, Variant};
 fn requeue_with_delay_redelivers_not_before_the_delay() {
     providers::within_ceiling(|| {
         use std::time::{Duration, Instant};
-        // This configuration's bounds (templates/manifest.yaml): lease 10000 ms, counter exact.
+        // This configuration's bounds (templates/manifest.yaml): lease 16000 ms, counter exact.
         #[allow(unused)]
-        const AT_ONCE: std::time::Duration = std::time::Duration::from_millis(1840);
+        const AT_ONCE: std::time::Duration = std::time::Duration::from_millis(6740);
         #[allow(unused)]
-        const SETTLE: std::time::Duration = std::time::Duration::from_millis(11840);
+        const SETTLE: std::time::Duration = std::time::Duration::from_millis(22740);
 
-        const DELAY: Duration = Duration::from_millis(3000);
+        const DELAY: Duration = Duration::from_millis(8000);
         let cell = providers::gcp_pull_ordering().blocking_cell(
-            CellSpec::new("FR-2", Variant::Reactor).with_lease(Some(std::time::Duration::from_millis(10000))),
+            CellSpec::new("FR-2", Variant::Reactor).with_lease(Some(std::time::Duration::from_millis(16000))),
         );
         let sent = cell.message();
         cell.send(&sent);
@@ -35,7 +35,7 @@ fn requeue_with_delay_redelivers_not_before_the_delay() {
         // Not before the delay, and within it plus "at once": before the lease could have lapsed.
         let mut redelivered = cell.receive_within(sent.id(), DELAY + AT_ONCE).unwrap_or_else(|| {
             panic!(
-                "{} was not redelivered within {:?} of a {DELAY:?} requeue, before its 10000 ms lease lapsed",
+                "{} was not redelivered within {:?} of a {DELAY:?} requeue, before its 16000 ms lease lapsed",
                 sent.id(),
                 DELAY + AT_ONCE
             )

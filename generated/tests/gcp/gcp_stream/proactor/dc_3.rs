@@ -16,16 +16,16 @@ fn competing_consumers_share_one_budget() {
         // Competing pumps share one subscription and one budget: R dispatches in total, not 2 x R.
         const R: i32 = 3;
         const DISPATCHES: u32 = R as u32;
-        // This configuration's bounds (templates/manifest.yaml): lease 10000 ms, counter exact.
+        // This configuration's bounds (templates/manifest.yaml): lease 16000 ms, counter exact.
         #[allow(unused)]
-        const AT_ONCE: std::time::Duration = std::time::Duration::from_millis(1900);
+        const AT_ONCE: std::time::Duration = std::time::Duration::from_millis(5720);
         #[allow(unused)]
-        const SETTLE: std::time::Duration = std::time::Duration::from_millis(21900);
+        const SETTLE: std::time::Duration = std::time::Duration::from_millis(37720);
 
         let cell = providers::gcp_stream()
             .cell(
                 CellSpec::new("DC-3", Variant::Proactor)
-                    .with_lease(Some(std::time::Duration::from_millis(10000)))
+                    .with_lease(Some(std::time::Duration::from_millis(16000)))
                     .with_dead_letter()
                     .with_budget(R),
             )

@@ -9,14 +9,14 @@ use providers::{CellSpec, Provider, Variant};
 #[test]
 fn nack_redelivers() {
     providers::within_ceiling_async(|| async {
-        // This configuration's bounds (templates/manifest.yaml): lease 10000 ms, counter exact.
+        // This configuration's bounds (templates/manifest.yaml): lease 16000 ms, counter exact.
         #[allow(unused)]
-        const AT_ONCE: std::time::Duration = std::time::Duration::from_millis(1900);
+        const AT_ONCE: std::time::Duration = std::time::Duration::from_millis(5720);
         #[allow(unused)]
-        const SETTLE: std::time::Duration = std::time::Duration::from_millis(21900);
+        const SETTLE: std::time::Duration = std::time::Duration::from_millis(37720);
 
         let cell = providers::gcp_stream()
-            .cell(CellSpec::new("FR-16", Variant::Proactor).with_lease(Some(std::time::Duration::from_millis(10000))))
+            .cell(CellSpec::new("FR-16", Variant::Proactor).with_lease(Some(std::time::Duration::from_millis(16000))))
             .await;
         let sent = cell.message();
         cell.send(&sent).await;
@@ -30,7 +30,7 @@ fn nack_redelivers() {
         // would only come back after it.
         let mut redelivered = cell.receive_within(sent.id(), AT_ONCE).await.unwrap_or_else(|| {
             panic!(
-                "{} was not redelivered within {AT_ONCE:?} of the release, before its 10000 ms lease lapsed",
+                "{} was not redelivered within {AT_ONCE:?} of the release, before its 16000 ms lease lapsed",
                 sent.id()
             )
         });

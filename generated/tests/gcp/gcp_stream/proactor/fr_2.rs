@@ -10,15 +10,15 @@ use providers::{CellSpec, Provider, Variant};
 fn requeue_with_delay_redelivers_not_before_the_delay() {
     providers::within_ceiling_async(|| async {
         use std::time::{Duration, Instant};
-        // This configuration's bounds (templates/manifest.yaml): lease 10000 ms, counter exact.
+        // This configuration's bounds (templates/manifest.yaml): lease 16000 ms, counter exact.
         #[allow(unused)]
-        const AT_ONCE: std::time::Duration = std::time::Duration::from_millis(1900);
+        const AT_ONCE: std::time::Duration = std::time::Duration::from_millis(5720);
         #[allow(unused)]
-        const SETTLE: std::time::Duration = std::time::Duration::from_millis(21900);
+        const SETTLE: std::time::Duration = std::time::Duration::from_millis(37720);
 
-        const DELAY: Duration = Duration::from_millis(3000);
+        const DELAY: Duration = Duration::from_millis(7000);
         let cell = providers::gcp_stream()
-            .cell(CellSpec::new("FR-2", Variant::Proactor).with_lease(Some(std::time::Duration::from_millis(10000))))
+            .cell(CellSpec::new("FR-2", Variant::Proactor).with_lease(Some(std::time::Duration::from_millis(16000))))
             .await;
         let sent = cell.message();
         cell.send(&sent).await;
@@ -35,7 +35,7 @@ fn requeue_with_delay_redelivers_not_before_the_delay() {
         // Not before the delay, and within it plus "at once": before the lease could have lapsed.
         let mut redelivered = cell.receive_within(sent.id(), DELAY + AT_ONCE).await.unwrap_or_else(|| {
             panic!(
-                "{} was not redelivered within {:?} of a {DELAY:?} requeue, before its 10000 ms lease lapsed",
+                "{} was not redelivered within {:?} of a {DELAY:?} requeue, before its 16000 ms lease lapsed",
                 sent.id(),
                 DELAY + AT_ONCE
             )

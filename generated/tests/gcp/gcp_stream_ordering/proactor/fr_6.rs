@@ -11,16 +11,16 @@ fn unacceptable_without_invalid_channel_falls_back_to_the_dead_letter_channel() 
     providers::within_ceiling_async(|| async {
         use gateway::rejection::keys;
         use gateway::{BagValue, Rejection};
-        // This configuration's bounds (templates/manifest.yaml): lease 10000 ms, counter exact.
+        // This configuration's bounds (templates/manifest.yaml): lease 16000 ms, counter exact.
         #[allow(unused)]
-        const AT_ONCE: std::time::Duration = std::time::Duration::from_millis(1900);
+        const AT_ONCE: std::time::Duration = std::time::Duration::from_millis(5720);
         #[allow(unused)]
-        const SETTLE: std::time::Duration = std::time::Duration::from_millis(21900);
+        const SETTLE: std::time::Duration = std::time::Duration::from_millis(37720);
 
         let cell = providers::gcp_stream_ordering()
             .cell(
                 CellSpec::new("FR-6", Variant::Proactor)
-                    .with_lease(Some(std::time::Duration::from_millis(10000)))
+                    .with_lease(Some(std::time::Duration::from_millis(16000)))
                     .with_dead_letter(),
             )
             .await;

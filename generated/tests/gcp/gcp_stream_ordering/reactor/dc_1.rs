@@ -17,15 +17,15 @@ fn a_lapsed_delivery_is_counted() {
         // dispatch exhausts the budget only if the lapse was counted.
         const R: i32 = 2;
         const DISPATCHES: u32 = 1;
-        // This configuration's bounds (templates/manifest.yaml): lease 10000 ms, counter exact.
+        // This configuration's bounds (templates/manifest.yaml): lease 16000 ms, counter exact.
         #[allow(unused)]
-        const AT_ONCE: std::time::Duration = std::time::Duration::from_millis(1900);
+        const AT_ONCE: std::time::Duration = std::time::Duration::from_millis(5720);
         #[allow(unused)]
-        const SETTLE: std::time::Duration = std::time::Duration::from_millis(21900);
+        const SETTLE: std::time::Duration = std::time::Duration::from_millis(37720);
 
         let cell = providers::gcp_stream_ordering().blocking_cell(
             CellSpec::new("DC-1", Variant::Reactor)
-                .with_lease(Some(std::time::Duration::from_millis(10000)))
+                .with_lease(Some(std::time::Duration::from_millis(16000)))
                 .with_dead_letter()
                 .with_budget(R),
         );
@@ -37,7 +37,7 @@ fn a_lapsed_delivery_is_counted() {
         // The consumer fails holding it: no settlement, no release passes through the gateway.
         drop(received);
 
-        // It comes back by itself when its 10000 ms lease lapses (AC-42), to the consumer
+        // It comes back by itself when its 16000 ms lease lapses (AC-42), to the consumer
         // still running: only the broker saw this redelivery happen.
 
         let handler = AlwaysDefers::default();
