@@ -3,7 +3,7 @@
 //! already installed, so `conformance` and `test` call it every time. `brokers images` is in
 //! `images`.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{bail, Context, Result};
@@ -178,7 +178,7 @@ fn install_pstest() -> Result<()> {
     let root = root();
     let source = root.join("providers/brokers/pstest");
     let binary = root.join(".brokers/gcp/pstest-launcher");
-    if up_to_date(&binary, &source, &["main.go", "go.mod", "go.sum"]) {
+    if up_to_date(&binary, &["main.go", "go.mod", "go.sum"].map(|file| source.join(file))) {
         return Ok(());
     }
     eprintln!(
@@ -191,10 +191,10 @@ fn install_pstest() -> Result<()> {
     )
 }
 
-/// Whether `built` exists and is newer than every one of `sources` in `folder`.
-fn up_to_date(built: &Path, folder: &Path, sources: &[&str]) -> bool {
+/// Whether `built` exists and is newer than every one of `sources`.
+fn up_to_date(built: &Path, sources: &[PathBuf]) -> bool {
     let modified = |path: &Path| std::fs::metadata(path).and_then(|m| m.modified()).ok();
-    let newest_source = sources.iter().filter_map(|file| modified(&folder.join(file))).max();
+    let newest_source = sources.iter().filter_map(|file| modified(file)).max();
     matches!((modified(built), newest_source), (Some(built), Some(source)) if built >= source)
 }
 
@@ -205,36 +205,65 @@ fn install_elasticmq() -> Result<()> {
     install_java_launcher("ElasticMQ", "providers/brokers/elasticmq", ".brokers/sqs/elasticmq", "ElasticMqLauncher")
 }
 
-/// The jars `source`/pom.xml pins, fetched with Maven into `install`/lib, and `source`/`launcher`.java
-/// compiled against them into `install`/classes; skipped while the class is newer than both.
+/// The jars `source`/pom.xml pins, fetched with Maven into `install`/lib, and `source`'s Java files
+/// (`launcher`.java among them) compiled against them into `install`/classes; skipped while the
+/// class is newer than every one of them.
 fn install_java_launcher(name: &str, source: &str, install: &str, launcher: &str) -> Result<()> {
+    install_java_launcher_version(name, Path::new(source), Path::new(source), install, launcher)
+}
+
+/// As [`install_java_launcher`], for a version of a broker whose launcher is shared: the jars of
+/// `version`/pom.xml, `launcher`.java from `shared`, and `version`'s own Java files (the classes
+/// that differ between versions) beside it.
+fn install_java_launcher_version(
+    name: &str,
+    shared: &Path,
+    version: &Path,
+    install: &str,
+    launcher: &str,
+) -> Result<()> {
     let root = root();
-    let (source, install) = (root.join(source), root.join(install));
-    let java = format!("{launcher}.java");
-    if up_to_date(&install.join(format!("classes/{launcher}.class")), &source, &["pom.xml", &java]) {
+    let (version, install) = (root.join(version), root.join(install));
+    let java_files = |folder: &Path| -> Result<Vec<PathBuf>> {
+        let entries = std::fs::read_dir(folder).with_context(|| format!("cannot list {}", folder.display()))?;
+        let mut files = Vec::new();
+        for entry in entries {
+            let path = entry.with_context(|| format!("cannot list {}", folder.display()))?.path();
+            if path.extension().is_some_and(|extension| extension == "java") {
+                files.push(path);
+            }
+        }
+        Ok(files)
+    };
+    let mut sources = java_files(&version)?;
+    let shared_launcher = root.join(shared).join(format!("{launcher}.java"));
+    if !sources.contains(&shared_launcher) {
+        sources.push(shared_launcher);
+    }
+    sources.sort();
+    let inputs: Vec<PathBuf> = sources.iter().cloned().chain([version.join("pom.xml")]).collect();
+    if up_to_date(&install.join(format!("classes/{launcher}.class")), &inputs) {
         return Ok(());
     }
     let lib = install.join("lib");
     eprintln!("brokers: fetching the {name} jars from Maven Central into {}", lib.display());
-    // A fresh lib folder: jars of an older pinned version must not stay on the class path.
-    if lib.exists() {
-        std::fs::remove_dir_all(&lib).with_context(|| format!("cannot clear {}", lib.display()))?;
+    // Fresh lib and classes folders: jars and classes of an older pinned version must not stay on
+    // the class path.
+    for folder in [&lib, &install.join("classes")] {
+        if folder.exists() {
+            std::fs::remove_dir_all(folder).with_context(|| format!("cannot clear {}", folder.display()))?;
+        }
     }
     run_quietly(
         Command::new("mvn")
             .args(["--batch-mode", "--quiet", "-f"])
-            .arg(source.join("pom.xml"))
+            .arg(version.join("pom.xml"))
             .arg("dependency:copy-dependencies")
             .arg(format!("-DoutputDirectory={}", lib.display())),
         &format!("fetch the {name} jars with mvn dependency:copy-dependencies"),
     )?;
     run_quietly(
-        Command::new("javac")
-            .arg("-cp")
-            .arg(lib.join("*"))
-            .arg("-d")
-            .arg(install.join("classes"))
-            .arg(source.join(java)),
+        Command::new("javac").arg("-cp").arg(lib.join("*")).arg("-d").arg(install.join("classes")).args(&sources),
         &format!("compile the {name} launcher with javac"),
     )
 }

@@ -39,11 +39,8 @@ public class KafkaLauncher {
             System.err.println("usage: KafkaLauncher WORK_DIR BROKER_PORT CONTROLLER_PORT [kept] | KafkaLauncher WORK_DIR --from-environment");
             System.exit(2);
         }
-        // The broker's warnings and errors to stderr (Kafka 3.9 logs through reload4j).
-        org.apache.log4j.Logger root = org.apache.log4j.Logger.getRootLogger();
-        root.addAppender(new org.apache.log4j.ConsoleAppender(
-            new org.apache.log4j.PatternLayout("[kafka] %p %c{1}: %m%n"), "System.err"));
-        root.setLevel(org.apache.log4j.Level.WARN);
+        // The broker's warnings and errors to stderr (KafkaLogging: one per Kafka version's logging).
+        KafkaLogging.toStderr();
         Path work = Path.of(args[0]);
         boolean formatted = Files.exists(work.resolve("data").resolve("meta.properties"));
         if (!kept) {
@@ -58,12 +55,7 @@ public class KafkaLauncher {
             System.exit(2);
         }
         if (fromEnvironment) {
-            // Kafka's own started line (its KafkaRaftServer logger, at INFO) to stdout.
-            org.apache.log4j.Logger started = org.apache.log4j.Logger.getLogger("kafka.server.KafkaRaftServer");
-            started.setLevel(org.apache.log4j.Level.INFO);
-            started.setAdditivity(false);
-            started.addAppender(new org.apache.log4j.ConsoleAppender(
-                new org.apache.log4j.PatternLayout("[kafka] %p %m (%c)%n"), "System.out"));
+            KafkaLogging.startedLineToStdout();
         }
         Path config = work.resolve("server.properties");
         try (FileOutputStream out = new FileOutputStream(config.toFile())) {
