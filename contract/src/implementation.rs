@@ -45,6 +45,12 @@ pub enum Implementation {
     /// PostgreSQL 17, Debian 13's, in the trixie root; recorded in the fidelity table
     #[cfg_attr(feature = "clap", value(name = "postgres-17"))]
     Postgres17,
+    /// Apache Kafka 3.9.0: kafka's reference implementation
+    #[cfg_attr(feature = "clap", value(name = "kafka"))]
+    Kafka,
+    /// Apache Kafka 4.4.0, behind the same launcher; recorded in the fidelity table
+    #[cfg_attr(feature = "clap", value(name = "kafka-4.4.0"))]
+    Kafka4,
 }
 
 /// A value of a transport's implementation variable that names none of its implementations.
@@ -58,7 +64,7 @@ pub struct UnknownImplementation {
 }
 
 impl Implementation {
-    pub const ALL: [Implementation; 12] = [
+    pub const ALL: [Implementation; 14] = [
         Implementation::Moto,
         Implementation::ElasticMq,
         Implementation::Apache,
@@ -71,15 +77,18 @@ impl Implementation {
         Implementation::Mosquitto2,
         Implementation::Postgres,
         Implementation::Postgres17,
+        Implementation::Kafka,
+        Implementation::Kafka4,
     ];
     /// Each transport's reference implementation, whose variable every test binary is given.
-    pub const REFERENCES: [Implementation; 6] = [
+    pub const REFERENCES: [Implementation; 7] = [
         Implementation::Moto,
         Implementation::Apache,
         Implementation::RabbitMq,
         Implementation::Redis,
         Implementation::Mosquitto,
         Implementation::Postgres,
+        Implementation::Kafka,
     ];
 
     pub fn name(self) -> &'static str {
@@ -96,6 +105,8 @@ impl Implementation {
             Implementation::Mosquitto2 => "mosquitto-2.0.21",
             Implementation::Postgres => "postgres",
             Implementation::Postgres17 => "postgres-17",
+            Implementation::Kafka => "kafka",
+            Implementation::Kafka4 => "kafka-4.4.0",
         }
     }
 
@@ -113,6 +124,7 @@ impl Implementation {
             Implementation::Redis | Implementation::Redis8 => "redis",
             Implementation::Mosquitto | Implementation::Mosquitto2 => "mqtt",
             Implementation::Postgres | Implementation::Postgres17 => "postgres",
+            Implementation::Kafka | Implementation::Kafka4 => "kafka",
         }
     }
 
@@ -124,6 +136,7 @@ impl Implementation {
             "redis" => "CONFORMANCE_REDIS_IMPL",
             "mqtt" => "CONFORMANCE_MQTT_IMPL",
             "postgres" => "CONFORMANCE_POSTGRES_IMPL",
+            "kafka" => "CONFORMANCE_KAFKA_IMPL",
             _ => "CONFORMANCE_ROCKETMQ_IMPL",
         }
     }
@@ -136,6 +149,7 @@ impl Implementation {
             "redis" => Implementation::Redis,
             "mqtt" => Implementation::Mosquitto,
             "postgres" => Implementation::Postgres,
+            "kafka" => Implementation::Kafka,
             _ => Implementation::Apache,
         }
     }
@@ -165,6 +179,8 @@ impl Implementation {
             Implementation::Mosquitto2 => "cargo xtask brokers install mqtt --impl mosquitto-2.0.21",
             Implementation::Postgres => "cargo xtask brokers install postgres",
             Implementation::Postgres17 => "cargo xtask brokers install postgres --impl postgres-17",
+            Implementation::Kafka => "cargo xtask brokers install kafka",
+            Implementation::Kafka4 => "cargo xtask brokers install kafka --impl kafka-4.4.0",
         }
     }
 

@@ -23,6 +23,7 @@ use crate::broker::ImageRef;
 use crate::builder::{reader_subscription, CellBroker, CellNames, CellPlan};
 use crate::local::{self, LocalError, LocalProcess};
 use crate::source::{self, Definition, Running};
+use contract::Implementation;
 
 /// The cells' group session timeout: a consumer that goes away (a cell's end) leaves its
 /// partition to nobody else, so this only bounds how long the coordinator keeps a dead member.
@@ -54,13 +55,19 @@ pub fn start_kept(folder: &Path, ports: (u16, u16)) -> Result<LocalProcess, Loca
 }
 
 fn start_node(work: &Path, (port, controller): (u16, u16), kept: bool) -> Result<LocalProcess, LocalError> {
-    let install = local::install_dir("kafka");
+    // Kafka 4.4.0 (`CONFORMANCE_KAFKA_IMPL=kafka-4.4.0`): its jars under .brokers/kafka-4.4.0,
+    // behind the same launcher.
+    let implementation = crate::broker::implementation(Implementation::Kafka);
+    let install = match implementation {
+        Implementation::Kafka4 => local::install_dir(implementation.name()),
+        _ => local::install_dir("kafka"),
+    };
     let launcher = install.join("classes/KafkaLauncher.class");
     if !launcher.exists() {
         return Err(LocalError::NotInstalled {
-            name: "kafka",
+            name: implementation.name(),
             missing: launcher,
-            install: "cargo xtask brokers install kafka",
+            install: implementation.install_command(),
         });
     }
     let mut command = Command::new("java");
@@ -73,7 +80,7 @@ fn start_node(work: &Path, (port, controller): (u16, u16), kept: bool) -> Result
         .arg(port.to_string())
         .arg(controller.to_string())
         .args(kept.then_some("kept"));
-    local::start("kafka", "kafka", command, port, "kafka ready", Duration::from_secs(120))
+    local::start(implementation.name(), "kafka", command, port, "kafka ready", Duration::from_secs(120))
 }
 
 /// The Kafka broker in each source (chosen by `source::start`).
@@ -93,6 +100,7 @@ fn broker() -> &'static Broker {
     static BROKER: OnceLock<Broker> = OnceLock::new();
     BROKER.get_or_init(|| {
         let running = source::start(&definition());
+        source::refuse_another_implementation_unless_local(&running, Implementation::Kafka);
         let bootstrap = running.endpoint(|address| address.to_owned());
         let address = bootstrap.clone();
         let connection =

@@ -72,6 +72,13 @@ pub fn install_implementation(transport: &str, implementation: Option<Implementa
         ("redis", Some(Implementation::Redis8)) => install_on_trixie("redis-server", "8.0.2"),
         ("mqtt", Some(Implementation::Mosquitto2)) => install_on_trixie("mosquitto", "2.0.21"),
         ("postgres", Some(Implementation::Postgres17)) => install_on_trixie("postgresql-17", "17"),
+        ("kafka", Some(Implementation::Kafka4)) => install_java_launcher_version(
+            "Kafka 4.4.0",
+            Path::new("providers/brokers/kafka"),
+            Path::new("providers/brokers/kafka/4.4.0"),
+            ".brokers/kafka-4.4.0",
+            "KafkaLauncher",
+        ),
         _ => install(transport),
     }
 }

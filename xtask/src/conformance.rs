@@ -519,7 +519,7 @@ mod tests {
         let error = Command::try_parse_from(["conformance", "--impl", "ElasticMQ"]).err().expect("refused").to_string();
         assert!(error.contains("invalid value 'ElasticMQ' for '--impl <IMPLEMENTATION>'"), "{error}");
         assert!(
-            error.contains("[possible values: moto, elasticmq, apache, rocketmq-rust, rabbitmq, rabbitmq-4.0.5, redis, redis-8.0.2, mosquitto, mosquitto-2.0.21, postgres, postgres-17]"),
+            error.contains("[possible values: moto, elasticmq, apache, rocketmq-rust, rabbitmq, rabbitmq-4.0.5, redis, redis-8.0.2, mosquitto, mosquitto-2.0.21, postgres, postgres-17, kafka, kafka-4.4.0]"),
             "{error}"
         );
         let parsed = Command::try_parse_from(["conformance", "--transport", "sqs", "--impl", "elasticmq"]).unwrap();
