@@ -38,7 +38,7 @@ struct Broker {
 /// ready line, and stops (deleting the folder) when its stdin closes.
 fn start_local() -> Result<LocalProcess, LocalError> {
     let ports = free_kept_ports();
-    start_node(&local::install_dir("kafka").join("run").join(ports.0.to_string()), ports, false)
+    start_node(&local::install_dir("kafka").join("run").join(ports.0.to_string()), ports, false, None)
 }
 
 /// A broker port and a controller port for [`start_kept`].
@@ -51,10 +51,22 @@ pub fn free_kept_ports() -> (u16, u16) {
 /// formatted on the first start and kept when it stops: a test stops it and starts it again
 /// between two deliveries. Its bootstrap address is `127.0.0.1:{ports.0}`.
 pub fn start_kept(folder: &Path, ports: (u16, u16)) -> Result<LocalProcess, LocalError> {
-    start_node(folder, ports, true)
+    start_node(folder, ports, true, None)
 }
 
-fn start_node(work: &Path, (port, controller): (u16, u16), kept: bool) -> Result<LocalProcess, LocalError> {
+/// As [`start_kept`], the node telling clients to reach it on `127.0.0.1:{advertised}`: a test's
+/// fault proxy listens there and forwards to `ports.0`, so every connection a client makes, the
+/// ones after the bootstrap included, goes through the proxy.
+pub fn start_kept_behind(folder: &Path, ports: (u16, u16), advertised: u16) -> Result<LocalProcess, LocalError> {
+    start_node(folder, ports, true, Some(advertised))
+}
+
+fn start_node(
+    work: &Path,
+    (port, controller): (u16, u16),
+    kept: bool,
+    advertised: Option<u16>,
+) -> Result<LocalProcess, LocalError> {
     // Kafka 4.4.0 (`CONFORMANCE_KAFKA_IMPL=kafka-4.4.0`): its jars under .brokers/kafka-4.4.0,
     // behind the same launcher.
     let implementation = crate::broker::implementation(Implementation::Kafka);
@@ -79,7 +91,8 @@ fn start_node(work: &Path, (port, controller): (u16, u16), kept: bool) -> Result
         .arg(work)
         .arg(port.to_string())
         .arg(controller.to_string())
-        .args(kept.then_some("kept"));
+        .args(kept.then_some("kept"))
+        .args(advertised.map(|advertised| advertised.to_string()));
     local::start(implementation.name(), "kafka", command, port, "kafka ready", Duration::from_secs(120))
 }
 

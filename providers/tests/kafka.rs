@@ -8,11 +8,13 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use gateway::error::ErrorKind;
 use gateway::rejection::{keys, Rejection};
 use gateway::transport::kafka::{KafkaConnection, KafkaSubscription};
 use gateway::{Channel, Message, MessageType, Producer, Subscription};
 
 mod support;
+use support::proxy::FaultProxy;
 use support::{
     receive, send_and_defer_twice, third_delivery_spends_the_budget, under_a_budget_of_three, unique, KeptFolder,
 };
@@ -170,5 +172,72 @@ async fn a_node_restart_between_deliveries_keeps_the_count_and_the_budget_fires_
     let consumer = channel_on(&after, &subscription).await;
     let dead_letters = channel_on(&after, &reader).await;
     third_delivery_spends_the_budget(&*consumer, &*dead_letters, &subscription, &id, presented).await;
+    node.stop(Duration::from_secs(60)).unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// Every connection between the gateway and the node is reset (a TCP RST, through a proxy the
+/// node advertises as its address, so the connections librdkafka opens after the bootstrap go
+/// through it too) after a receive and before its acknowledge. librdkafka connects again on its
+/// own: the acknowledge's commit is made on the new connection (measured: `Ok` 98-163 ms after
+/// the reset), so the record is settled and a recreated consumer of the group does not get it.
+/// The channel's next receive reports the outage once (`Refused`, librdkafka's "all broker
+/// connections are down"), which the pumps retry, and the channel goes on receiving: a record
+/// sent after the reset arrives on it. Should the commit lose the race and fail, it must say
+/// so (`Refused`) and the record must come back, presenting 0: Kafka keeps no counter, so a
+/// delivery lost with its connection is not counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_reset_before_the_acknowledge_reconnects_and_settles_once() {
+    let folder = KeptFolder::new("proxied-kafka");
+    let ports = providers::kafka::free_kept_ports();
+    let proxy = FaultProxy::start(&format!("127.0.0.1:{}", ports.0)).await;
+    let node = providers::kafka::start_kept_behind(&folder.0, ports, proxy.port()).unwrap_or_else(|e| panic!("{e}"));
+    let connection = KafkaConnection::connect(&format!("127.0.0.1:{}", proxy.port())).await.expect("connect");
+    let topic = unique("reset");
+    let mut on_kafka = KafkaSubscription::new(Subscription::new(format!("{topic}-group"), &topic));
+    on_kafka.session_timeout = providers::kafka::SESSION_TIMEOUT;
+    let consumer = connection.channel(&on_kafka).await.expect("channel");
+    let sent = Message::new(&topic, MessageType::Command, "unsettled when the connection breaks");
+    connection.producer().send(&sent).await.unwrap();
+    let received = receive(&*consumer, sent.id(), Duration::from_secs(20)).await.expect("delivered");
+    assert_eq!(received.header.handled_count, 0, "a first delivery presents 0");
+    assert!(proxy.reset_all().await > 0, "the consumer's connections go through the proxy");
+    let acknowledged = consumer.acknowledge(&received).await;
+    if let Err(lost) = &acknowledged {
+        assert_eq!(lost.kind(), Some(ErrorKind::Refused), "a failed commit reports the lost connection: {lost}");
+    }
+    eprintln!("the acknowledge after the reset: {acknowledged:?}");
+
+    let after = Message::new(&topic, MessageType::Command, "sent after the reset");
+    connection.producer().send(&after).await.unwrap();
+    let mut outages = 0;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let arrived = loop {
+        assert!(Instant::now() < deadline, "the channel never received again after the reset ({outages} errors)");
+        match consumer.receive(Duration::from_millis(500)).await {
+            Ok(messages) => match messages.into_iter().find(|m| m.id() == after.id()) {
+                Some(arrived) => break arrived,
+                None => continue,
+            },
+            Err(error) => {
+                assert_eq!(error.kind(), Some(ErrorKind::Refused), "the outage is reported as Refused: {error}");
+                outages += 1;
+            }
+        }
+    };
+    eprintln!("the channel received again after {outages} Refused receive(s)");
+    consumer.acknowledge(&arrived).await.unwrap();
+    consumer.close().await.unwrap();
+    drop(consumer);
+
+    let recreated = connection.channel(&on_kafka).await.expect("channel");
+    let back = receive(&*recreated, sent.id(), Duration::from_secs(10)).await;
+    match acknowledged {
+        Ok(()) => assert!(back.is_none(), "acknowledged on the new connection, yet delivered again"),
+        Err(_) => {
+            let back = back.expect("an acknowledge that failed leaves the record to come back");
+            assert_eq!(back.header.handled_count, 0, "Kafka keeps no counter: the lost delivery is not counted");
+        }
+    }
+    recreated.close().await.unwrap();
     node.stop(Duration::from_secs(60)).unwrap_or_else(|e| panic!("{e}"));
 }

@@ -1,11 +1,13 @@
 // One project-owned Kafka KRaft node (combined controller and broker) in this JVM, for tests.
-// usage: java -cp 'lib/*:classes' KafkaLauncher WORK_DIR BROKER_PORT CONTROLLER_PORT [kept]
+// usage: java -cp 'lib/*:classes' KafkaLauncher WORK_DIR BROKER_PORT CONTROLLER_PORT [kept|fresh [ADVERTISED_PORT]]
 //        java -cp 'lib/*:classes' KafkaLauncher WORK_DIR --from-environment
 // The first form (the local broker): formats a fresh log dir under WORK_DIR (through StorageTool,
 // in a child JVM with this class path), starts the node on 127.0.0.1 only, prints
 // "kafka ready 127.0.0.1:PORT" on stdout, and stops when its stdin closes (or on SIGTERM), then
 // deletes WORK_DIR; with `kept`, WORK_DIR is formatted only the first time and kept when the node
-// stops, so a test can stop the node and start it again on its log. The broker's log goes to stderr. Tuned for tests: one partition, replication
+// stops, so a test can stop the node and start it again on its log; with ADVERTISED_PORT, the node
+// tells clients to reach it on 127.0.0.1:ADVERTISED_PORT (a test's fault proxy in front of it).
+// The broker's log goes to stderr. Tuned for tests: one partition, replication
 // 1, no initial rebalance delay, short group session bounds, so consumer groups join in well
 // under a second.
 // The second form (the stand-in image's /etc/kafka/docker/run): the node's configuration is the
@@ -34,9 +36,10 @@ import org.apache.kafka.common.utils.Time;
 public class KafkaLauncher {
     public static void main(String[] args) throws Exception {
         boolean fromEnvironment = args.length == 2 && args[1].equals("--from-environment");
-        boolean kept = args.length == 4 && args[3].equals("kept");
-        if (!fromEnvironment && args.length != 3 && !kept) {
-            System.err.println("usage: KafkaLauncher WORK_DIR BROKER_PORT CONTROLLER_PORT [kept] | KafkaLauncher WORK_DIR --from-environment");
+        boolean kept = args.length >= 4 && args[3].equals("kept");
+        boolean keptOrFresh = args.length >= 4 && (kept || args[3].equals("fresh"));
+        if (!fromEnvironment && args.length != 3 && !(keptOrFresh && args.length <= 5)) {
+            System.err.println("usage: KafkaLauncher WORK_DIR BROKER_PORT CONTROLLER_PORT [kept|fresh [ADVERTISED_PORT]] | KafkaLauncher WORK_DIR --from-environment");
             System.exit(2);
         }
         // The broker's warnings and errors to stderr (KafkaLogging: one per Kafka version's logging).
@@ -48,7 +51,8 @@ public class KafkaLauncher {
             formatted = false;
         }
         Files.createDirectories(work.resolve("data"));
-        Properties props = fromEnvironment ? fromEnvironment(work) : loopback(work, args[1], args[2]);
+        Properties props = fromEnvironment ? fromEnvironment(work)
+            : loopback(work, args[1], args[2], args.length == 5 ? args[4] : args[1]);
         String clusterId = fromEnvironment ? System.getenv("CLUSTER_ID") : Uuid.randomUuid().toString();
         if (clusterId == null || clusterId.isEmpty()) {
             System.err.println("kafka launcher: CLUSTER_ID is unset; the node's configuration comes from the environment, as in the apache/kafka image");
@@ -82,13 +86,13 @@ public class KafkaLauncher {
     }
 
     /** The local node: loopback only, on the ports the test binary picked, tuned for tests. */
-    private static Properties loopback(Path work, String port, String controller) {
+    private static Properties loopback(Path work, String port, String controller, String advertised) {
         Properties props = new Properties();
         props.setProperty("process.roles", "broker,controller");
         props.setProperty("node.id", "1");
         props.setProperty("controller.quorum.voters", "1@127.0.0.1:" + controller);
         props.setProperty("listeners", "PLAINTEXT://127.0.0.1:" + port + ",CONTROLLER://127.0.0.1:" + controller);
-        props.setProperty("advertised.listeners", "PLAINTEXT://127.0.0.1:" + port);
+        props.setProperty("advertised.listeners", "PLAINTEXT://127.0.0.1:" + advertised);
         props.setProperty("controller.listener.names", "CONTROLLER");
         props.setProperty("listener.security.protocol.map", "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT");
         props.setProperty("inter.broker.listener.name", "PLAINTEXT");
