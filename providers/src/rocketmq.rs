@@ -40,20 +40,28 @@ pub fn free_ports() -> (u16, u16) {
 /// The local broker; its process's port is the name server's, the address clients start from.
 fn start_launcher() -> Result<LocalProcess, LocalError> {
     let ports = free_ports();
-    start_java(&local::install_dir("rocketmq").join("run").join(ports.1.to_string()), ports, false)
+    start_java(&local::install_dir("rocketmq").join("run").join(ports.1.to_string()), ports, false, None)
 }
 
 /// A name server and broker of the caller's own on `ports` (from [`free_ports`]), their store in
 /// `folder`, shut down in order and kept when they stop: a test stops them and starts them again
 /// between two deliveries. The name server's address is `127.0.0.1:{ports.0}`.
 pub fn start_kept(folder: &Path, ports: (u16, u16)) -> Result<LocalProcess, LocalError> {
-    start_java(folder, ports, true)
+    start_java(folder, ports, true, None)
+}
+
+/// As [`start_kept`], the broker registering `advertised` (another loopback address, such as
+/// 127.0.0.2) with the name server: a test's fault proxy listens there on the broker's port and
+/// forwards to 127.0.0.1, so every connection a client makes to the broker goes through it.
+pub fn start_kept_behind(folder: &Path, ports: (u16, u16), advertised: &str) -> Result<LocalProcess, LocalError> {
+    start_java(folder, ports, true, Some(advertised))
 }
 
 fn start_java(
     work: &Path,
     (name_server_port, broker_port): (u16, u16),
     kept: bool,
+    advertised: Option<&str>,
 ) -> Result<LocalProcess, LocalError> {
     let install = local::install_dir("rocketmq");
     let mut command = Command::new("java");
@@ -68,7 +76,8 @@ fn start_java(
         .arg(work)
         .arg(name_server_port.to_string())
         .arg(broker_port.to_string())
-        .args(kept.then_some("kept"));
+        .args(kept.then_some("kept"))
+        .args(advertised);
     local::start("rocketmq", "rocketmq", command, name_server_port, "rocketmq ready", Duration::from_secs(90))
 }
 

@@ -3,7 +3,8 @@
 //! of the same group presents the count it was sent with; only a requeue's republished copy
 //! grows it), the dead-letter copy keeping its stamp across dead-letter reads, an
 //! unreadable record routed as Unacceptable, and a node restarted between two deliveries of a
-//! message under a budget (the count continues; #31).
+//! message under a budget (the count continues; #31), and a connection reset between a receive and
+//! its acknowledge (#31).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

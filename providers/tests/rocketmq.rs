@@ -3,16 +3,18 @@
 //! recreated in the same group), requeue and nack through the invisible time, the dead-letter
 //! copy keeping its stamp across DLQ deliveries, an unreadable message routed, and a
 //! broker restarted between two deliveries of a message under a budget (the count continues;
-//! #31).
+//! #31), and a connection reset between a receive and its acknowledge (#31).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use gateway::error::ErrorKind;
 use gateway::rejection::{keys, Rejection};
 use gateway::transport::rocketmq::{NativeMessageBuilder, RocketMqConnection, RocketMqSubscription};
 use gateway::{Channel, Message, MessageType, Producer, Subscription};
 
 mod support;
+use support::proxy::FaultProxy;
 use support::{
     receive, send_and_defer_twice, third_delivery_spends_the_budget, under_a_budget_of_three, unique, KeptFolder,
 };
@@ -165,5 +167,54 @@ async fn a_broker_restart_between_deliveries_keeps_the_count_and_the_budget_fire
     let consumer = channel_on(&after, &subscription).await;
     let dead_letters = channel_on(&after, &reader).await;
     third_delivery_spends_the_budget(&*consumer, &*dead_letters, &subscription, &id, presented).await;
+    broker.stop(Duration::from_secs(90)).unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// Every connection between the gateway and the broker is reset (a TCP RST, through a proxy on
+/// 127.0.0.2, the address the broker registers with the name server, so every connection the
+/// client makes to the broker goes through it) after a receive and before its acknowledge. The
+/// client connects again on its own: the acknowledge is made on the new connection (measured:
+/// `Ok` 51 ms after the reset, 3 connections reset), the channel goes on receiving (a message sent
+/// after the reset arrives on it, no error on the way), and the acknowledged message does not come
+/// back when its invisible time lapses. Should the acknowledge fail, it must say so (`Refused`)
+/// and the message must come back presenting 1: the pop attempt is the broker's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_reset_before_the_acknowledge_reconnects_and_settles_once() {
+    let folder = KeptFolder::new("proxied-rocketmq");
+    let ports = providers::rocketmq::free_ports();
+    let proxy = FaultProxy::start_on(&format!("127.0.0.2:{}", ports.1), &format!("127.0.0.1:{}", ports.1)).await;
+    let broker =
+        providers::rocketmq::start_kept_behind(&folder.0, ports, "127.0.0.2").unwrap_or_else(|e| panic!("{e}"));
+    let connection = RocketMqConnection::connect(&format!("127.0.0.1:{}", ports.0)).await.expect("connect");
+    let topic = unique("reset");
+    let mut on_rocketmq = RocketMqSubscription::new(Subscription::new(format!("{topic}-group"), &topic));
+    let lease = Duration::from_secs(5);
+    on_rocketmq.invisible_time = lease;
+    let consumer = connection.channel(&on_rocketmq).await.expect("channel");
+    let sent = Message::new(&topic, MessageType::Command, "unsettled when the connection breaks");
+    connection.producer().send(&sent).await.unwrap();
+    let received = receive(&*consumer, sent.id(), Duration::from_secs(20)).await.expect("delivered");
+    assert_eq!(received.header.handled_count, 0, "a first delivery presents 0");
+    assert!(proxy.reset_all().await > 0, "the consumer's connections go through the proxy");
+    let acknowledged = consumer.acknowledge(&received).await;
+    if let Err(lost) = &acknowledged {
+        assert_eq!(lost.kind(), Some(ErrorKind::Refused), "a failed acknowledge reports the lost connection: {lost}");
+    }
+    eprintln!("the acknowledge after the reset: {acknowledged:?}");
+
+    let after = Message::new(&topic, MessageType::Command, "sent after the reset");
+    connection.producer().send(&after).await.unwrap();
+    let arrived = receive(&*consumer, after.id(), Duration::from_secs(20)).await.expect("received after the reset");
+    consumer.acknowledge(&arrived).await.unwrap();
+    // Past the first delivery's invisible time: an unsettled message is back by then.
+    let back = receive(&*consumer, sent.id(), lease + Duration::from_secs(5)).await;
+    match acknowledged {
+        Ok(()) => assert!(back.is_none(), "acknowledged on the new connection, yet delivered again"),
+        Err(_) => {
+            let back = back.expect("an acknowledge that failed leaves the message to come back");
+            assert_eq!(back.header.handled_count, 1, "the broker counted the delivery whose connection broke");
+        }
+    }
+    consumer.close().await.unwrap();
     broker.stop(Duration::from_secs(90)).unwrap_or_else(|e| panic!("{e}"));
 }

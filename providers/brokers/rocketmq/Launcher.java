@@ -1,11 +1,13 @@
 // The local RocketMQ broker of the conformance harness: a name server and one broker in a single
 // JVM (one heap, one start-up), on loopback ports given by the caller.
 //
-// Usage: java -cp "lib/*:classes" Launcher <work dir> <name server port> <broker port> [kept]
+// Usage: java -cp "lib/*:classes" Launcher <work dir> <name server port> <broker port> [kept [advertised ip]]
 // Prints `rocketmq ready ...` on stdout once both serve, then stops when stdin closes, deleting
 // its store (after copying the errors of its pop and store logs to stderr), so the broker never
 // outlives the test binary that started it. With `kept`, it shuts the broker down in order and
-// keeps the work dir, so a test can start it again on its store. Topics are created by the clients (the transport's
+// keeps the work dir, so a test can start it again on its store; with an advertised ip (another
+// loopback address, 127.0.0.2), the broker registers that address with the name server, so
+// clients reach it through a test's fault proxy listening there on the broker's port. Topics are created by the clients (the transport's
 // make-channels), through the broker's TBW102 template topic.
 
 import java.io.FileWriter;
@@ -23,9 +25,9 @@ import org.apache.rocketmq.namesrv.NamesrvStartup;
 
 public class Launcher {
     public static void main(String[] args) throws Exception {
-        boolean kept = args.length == 4 && args[3].equals("kept");
-        if (args.length != 3 && !kept) {
-            System.err.println("usage: Launcher <work dir> <name server port> <broker port> [kept]");
+        boolean kept = args.length >= 4 && args[3].equals("kept");
+        if (args.length != 3 && !(kept && args.length <= 5)) {
+            System.err.println("usage: Launcher <work dir> <name server port> <broker port> [kept [advertised ip]]");
             System.exit(2);
         }
         Path work = Path.of(args[0]).toAbsolutePath();
@@ -46,7 +48,7 @@ public class Launcher {
         brokerConf.setProperty("brokerClusterName", "ConformanceCluster");
         brokerConf.setProperty("brokerName", "conformance-broker");
         brokerConf.setProperty("brokerId", "0");
-        brokerConf.setProperty("brokerIP1", "127.0.0.1");
+        brokerConf.setProperty("brokerIP1", args.length == 5 ? args[4] : "127.0.0.1");
         brokerConf.setProperty("namesrvAddr", namesrv);
         brokerConf.setProperty("listenPort", String.valueOf(brokerPort));
         brokerConf.setProperty("bindAddress", "127.0.0.1");

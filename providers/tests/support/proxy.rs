@@ -25,7 +25,14 @@ impl FaultProxy {
     /// A proxy on a free loopback port forwarding each connection it accepts to `upstream`
     /// (`host:port`).
     pub async fn start(upstream: &str) -> FaultProxy {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("a loopback port for the proxy");
+        FaultProxy::start_on("127.0.0.1:0", upstream).await
+    }
+
+    /// A proxy listening on `listen` (`host:port`) forwarding to `upstream`: for a broker that
+    /// tells clients an address of its own, the proxy takes that address.
+    pub async fn start_on(listen: &str, upstream: &str) -> FaultProxy {
+        let listener =
+            TcpListener::bind(listen).await.unwrap_or_else(|e| panic!("the proxy cannot listen on {listen}: {e}"));
         let address = listener.local_addr().unwrap();
         let (resets, _) = watch::channel(0u64);
         let delay = Arc::new(Mutex::new(Duration::ZERO));
