@@ -17,7 +17,8 @@ use gateway::{Channel, Message, MessageType, Producer, Subscription};
 mod support;
 use support::proxy::FaultProxy;
 use support::{
-    receive, send_and_defer_twice, third_delivery_spends_the_budget, under_a_budget_of_three, unique, KeptFolder,
+    a_slow_broker_loses_nothing, receive, send_and_defer_twice, third_delivery_spends_the_budget,
+    under_a_budget_of_three, unique, KeptFolder,
 };
 
 fn connection() -> &'static KafkaConnection {
@@ -240,5 +241,30 @@ async fn a_connection_reset_before_the_acknowledge_reconnects_and_settles_once()
         }
     }
     recreated.close().await.unwrap();
+    node.stop(Duration::from_secs(60)).unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// Under latency: every byte between the gateway and the node held 1.5 s (through the proxy the
+/// node advertises), longer than each receive waits. See `a_slow_broker_loses_nothing`. The
+/// group's session is 30 s here: joining takes about ten round trips (31 s measured), and with
+/// the matrix's 6 s session the member never joined in 30 s (its session lapsed mid-join, again
+/// and again): nothing delivered, nothing lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_receive_that_stops_waiting_on_a_slow_node_loses_nothing() {
+    let folder = KeptFolder::new("slow-kafka");
+    let ports = providers::kafka::free_kept_ports();
+    let proxy = FaultProxy::start(&format!("127.0.0.1:{}", ports.0)).await;
+    let node = providers::kafka::start_kept_behind(&folder.0, ports, proxy.port()).unwrap_or_else(|e| panic!("{e}"));
+    let connection = KafkaConnection::connect(&format!("127.0.0.1:{}", proxy.port())).await.expect("connect");
+    let topic = unique("slow");
+    let mut on_kafka = KafkaSubscription::new(Subscription::new(format!("{topic}-group"), &topic));
+    on_kafka.session_timeout = Duration::from_secs(30);
+    let consumer = connection.channel(&on_kafka).await.expect("channel");
+    let sent = Message::new(&topic, MessageType::Command, "answered late");
+    connection.producer().send(&sent).await.unwrap();
+    let delay = Duration::from_millis(1500);
+    let ceiling = Duration::from_secs(60);
+    a_slow_broker_loses_nothing(&proxy, &*consumer, &sent, delay, ceiling, Duration::from_secs(5)).await;
+    consumer.close().await.unwrap();
     node.stop(Duration::from_secs(60)).unwrap_or_else(|e| panic!("{e}"));
 }

@@ -19,7 +19,8 @@ use gateway::{Channel, Message, MessageType, Producer, Subscription};
 mod support;
 use support::proxy::proxied;
 use support::{
-    receive, send_and_defer_twice, third_delivery_spends_the_budget, under_a_budget_of_three, unique, KeptFolder,
+    a_slow_broker_loses_nothing, receive, send_and_defer_twice, third_delivery_spends_the_budget,
+    under_a_budget_of_three, unique, KeptFolder,
 };
 
 fn connection() -> &'static MqttConnection {
@@ -270,4 +271,20 @@ async fn a_broker_restart_between_deliveries_keeps_the_republished_count_in_the_
     let dead_letters = after.channel(&reader).await.unwrap();
     third_delivery_spends_the_budget(&*consumer, &*dead_letters, &subscription, &id, presented).await;
     broker.stop(Duration::from_secs(30)).unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// Under latency: every byte between the gateway and the broker held 1.5 s (through a proxy),
+/// longer than each receive waits. See `a_slow_broker_loses_nothing`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_receive_that_stops_waiting_on_a_slow_broker_loses_nothing() {
+    let (proxy, url) = proxied(&format!("tcp://{}", providers::mqtt::address())).await;
+    let through_proxy =
+        MqttConnection::connect(url.trim_start_matches("tcp://")).await.expect("connect through the proxy");
+    let topic = unique("slow");
+    let consumer = through_proxy.channel(&session(&topic)).await.unwrap();
+    let sent = Message::new(&topic, MessageType::Command, "answered late");
+    connection().producer().send(&sent).await.unwrap();
+    let delay = Duration::from_millis(1500);
+    let ceiling = Duration::from_secs(12);
+    a_slow_broker_loses_nothing(&proxy, &*consumer, &sent, delay, ceiling, Duration::from_secs(5)).await;
 }

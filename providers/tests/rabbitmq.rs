@@ -19,8 +19,8 @@ use gateway::{Channel, Message, MessageType, Producer, Subscription};
 mod support;
 use support::proxy::proxied;
 use support::{
-    assert_refused, comes_back_counted, receive, reset_before_acknowledge, send_and_defer_twice,
-    third_delivery_spends_the_budget, under_a_budget_of_three, unique, KeptFolder,
+    a_slow_broker_loses_nothing, assert_refused, comes_back_counted, receive, reset_before_acknowledge,
+    send_and_defer_twice, third_delivery_spends_the_budget, under_a_budget_of_three, unique, KeptFolder,
 };
 
 fn connection() -> &'static RabbitMqConnection {
@@ -414,4 +414,20 @@ async fn a_quorum_queue_without_a_limit_asked_for_delivers_past_the_brokers_defa
         }
     }
     assert_eq!(presented, (0..25).collect::<Vec<u32>>(), "every return counted, none dropped");
+}
+
+/// Under latency, on a quorum queue: every byte between the gateway and the node held 1.5 s
+/// (through a proxy), longer than each receive waits. See `a_slow_broker_loses_nothing`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_receive_that_stops_waiting_on_a_slow_node_loses_nothing() {
+    let (proxy, url) = proxied(providers::rabbitmq::url()).await;
+    let queue = unique("slow-quorum");
+    let subscription = RabbitMqSubscription::quorum(Subscription::new(format!("{queue}-sub"), &queue), None);
+    let through_proxy = RabbitMqConnection::connect(&url).await.expect("connect through the proxy");
+    let consumer = through_proxy.channel(&subscription).await.unwrap();
+    let sent = Message::new(&queue, MessageType::Command, "answered late");
+    connection().producer().send(&sent).await.unwrap();
+    let delay = Duration::from_millis(1500);
+    let ceiling = Duration::from_secs(12);
+    a_slow_broker_loses_nothing(&proxy, &*consumer, &sent, delay, ceiling, Duration::from_secs(5)).await;
 }

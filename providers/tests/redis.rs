@@ -16,8 +16,8 @@ use gateway::{Channel, Message, MessageType, Producer, Subscription};
 mod support;
 use support::proxy::proxied;
 use support::{
-    assert_refused, comes_back_counted, receive, reset_before_acknowledge, send_and_defer_twice,
-    third_delivery_spends_the_budget, under_a_budget_of_three, unique, KeptFolder,
+    a_slow_broker_loses_nothing, assert_refused, comes_back_counted, receive, reset_before_acknowledge,
+    send_and_defer_twice, third_delivery_spends_the_budget, under_a_budget_of_three, unique, KeptFolder,
 };
 
 fn connection() -> &'static RedisConnection {
@@ -274,4 +274,21 @@ async fn a_connection_reset_before_the_acknowledge_brings_the_message_back_count
     assert_refused(&*consumer, "after the reset").await;
     let waited = comes_back_counted(&*on(connection()).await, sent.id(), lease * 5).await;
     eprintln!("came back {waited:?} after the reset (lease {lease:?})");
+}
+
+/// Under latency: every byte between the gateway and the server held 1.5 s (through a proxy),
+/// longer than each receive waits. See `a_slow_broker_loses_nothing`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_receive_that_stops_waiting_on_a_slow_server_loses_nothing() {
+    let (proxy, url) = proxied(providers::redis::url()).await;
+    let stream = unique("slow");
+    let lease = Duration::from_secs(5);
+    let mut subscription = RedisSubscription::new(Subscription::new(format!("{stream}-group"), &stream));
+    subscription.lease = lease;
+    let through_proxy = RedisConnection::connect(&url).await.expect("connect through the proxy");
+    let consumer = through_proxy.channel(&subscription).await.expect("channel");
+    let sent = Message::new(&stream, MessageType::Command, "answered late");
+    connection().producer().send(&sent).await.unwrap();
+    let delay = Duration::from_millis(1500);
+    a_slow_broker_loses_nothing(&proxy, &*consumer, &sent, delay, lease * 2, lease + Duration::from_secs(2)).await;
 }

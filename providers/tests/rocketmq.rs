@@ -16,7 +16,8 @@ use gateway::{Channel, Message, MessageType, Producer, Subscription};
 mod support;
 use support::proxy::FaultProxy;
 use support::{
-    receive, send_and_defer_twice, third_delivery_spends_the_budget, under_a_budget_of_three, unique, KeptFolder,
+    a_slow_broker_loses_nothing, receive, send_and_defer_twice, third_delivery_spends_the_budget,
+    under_a_budget_of_three, unique, KeptFolder,
 };
 
 fn connection() -> &'static RocketMqConnection {
@@ -215,6 +216,63 @@ async fn a_connection_reset_before_the_acknowledge_reconnects_and_settles_once()
             assert_eq!(back.header.handled_count, 1, "the broker counted the delivery whose connection broke");
         }
     }
+    consumer.close().await.unwrap();
+    broker.stop(Duration::from_secs(90)).unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// Under latency: every byte between the gateway and the broker held 400 ms (through the proxy at
+/// the address the broker registers), a round trip longer than each receive waits. See
+/// `a_slow_broker_loses_nothing`. Not more: see the next test.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_receive_that_stops_waiting_on_a_slow_broker_loses_nothing() {
+    let folder = KeptFolder::new("slow-rocketmq");
+    let ports = providers::rocketmq::free_ports();
+    let proxy = FaultProxy::start_on(&format!("127.0.0.2:{}", ports.1), &format!("127.0.0.1:{}", ports.1)).await;
+    let broker =
+        providers::rocketmq::start_kept_behind(&folder.0, ports, "127.0.0.2").unwrap_or_else(|e| panic!("{e}"));
+    let connection = RocketMqConnection::connect(&format!("127.0.0.1:{}", ports.0)).await.expect("connect");
+    let topic = unique("slow");
+    let mut on_rocketmq = RocketMqSubscription::new(Subscription::new(format!("{topic}-group"), &topic));
+    let lease = Duration::from_secs(5);
+    on_rocketmq.invisible_time = lease;
+    let consumer = connection.channel(&on_rocketmq).await.expect("channel");
+    let sent = Message::new(&topic, MessageType::Command, "answered late");
+    connection.producer().send(&sent).await.unwrap();
+    let delay = Duration::from_millis(400);
+    a_slow_broker_loses_nothing(&proxy, &*consumer, &sent, delay, lease * 3, lease + Duration::from_secs(3)).await;
+    consumer.close().await.unwrap();
+    broker.stop(Duration::from_secs(90)).unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// A pop that reaches the broker later than its born time + poll time + 500 ms is refused
+/// (Apache RocketMQ's PopMessageProcessor, "pop message is timeout too much": POLLING_TIMEOUT,
+/// which the client crate reads as not found). Every byte held 1.5 s: each receive finds nothing
+/// for 10 s, and the message waits in the queue, neither lost nor counted: once the delay is
+/// lifted it arrives presenting 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pop_arriving_too_late_is_refused_and_the_message_waits_uncounted() {
+    let folder = KeptFolder::new("late-rocketmq");
+    let ports = providers::rocketmq::free_ports();
+    let proxy = FaultProxy::start_on(&format!("127.0.0.2:{}", ports.1), &format!("127.0.0.1:{}", ports.1)).await;
+    let broker =
+        providers::rocketmq::start_kept_behind(&folder.0, ports, "127.0.0.2").unwrap_or_else(|e| panic!("{e}"));
+    let connection = RocketMqConnection::connect(&format!("127.0.0.1:{}", ports.0)).await.expect("connect");
+    let topic = unique("late");
+    let mut on_rocketmq = RocketMqSubscription::new(Subscription::new(format!("{topic}-group"), &topic));
+    on_rocketmq.invisible_time = Duration::from_secs(5);
+    let consumer = connection.channel(&on_rocketmq).await.expect("channel");
+    let sent = Message::new(&topic, MessageType::Command, "waits out the latency");
+    connection.producer().send(&sent).await.unwrap();
+    proxy.delay(Duration::from_millis(1500));
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(10) {
+        let popped = consumer.receive(Duration::from_millis(500)).await.expect("a refused pop is no error here");
+        assert!(popped.is_none(), "a pop arriving 1.5 s after it was made delivered a message");
+    }
+    proxy.delay(Duration::ZERO);
+    let waited = receive(&*consumer, sent.id(), Duration::from_secs(10)).await.expect("the message waited");
+    assert_eq!(waited.header.handled_count, 0, "no refused pop counted a delivery");
+    consumer.acknowledge(&waited).await.unwrap();
     consumer.close().await.unwrap();
     broker.stop(Duration::from_secs(90)).unwrap_or_else(|e| panic!("{e}"));
 }

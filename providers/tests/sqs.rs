@@ -13,7 +13,7 @@ use gateway::{BagValue, Channel, Message, MessageType, Producer, Rejection, Subs
 
 mod support;
 use support::proxy::proxied;
-use support::{receive, unique};
+use support::{a_slow_broker_loses_nothing, receive, unique};
 
 fn connection() -> &'static SqsConnection {
     providers::sqs::connection()
@@ -150,5 +150,24 @@ async fn a_connection_reset_before_the_acknowledge_is_survived_by_the_next_call(
     consumer.acknowledge(&received).await.expect("the SDK makes the delete on a new connection");
     let lapsed = Duration::from_secs(2) * 3;
     assert!(receive(&consumer, sent.id(), lapsed).await.is_none(), "acknowledged after the reset, yet redelivered");
+    connection().delete(&[queue], None).await;
+}
+
+/// Under latency: every byte between the gateway and the emulator held 1.5 s (through a proxy),
+/// longer than each receive waits. See `a_slow_broker_loses_nothing`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_receive_that_stops_waiting_on_a_slow_endpoint_loses_nothing() {
+    let (proxy, url) = proxied(providers::sqs::endpoint()).await;
+    let through_proxy = SqsConnection::local(&url);
+    let queue = unique("slow");
+    let visibility = Duration::from_secs(5);
+    let mut subscription = SqsSubscription::new(Subscription::new(&queue, &queue));
+    subscription.visibility_timeout = visibility;
+    let consumer = through_proxy.channel(&subscription).await.unwrap();
+    let sent = Message::new(&queue, MessageType::Command, "answered late");
+    connection().sqs_producer().send(&sent).await.unwrap();
+    let delay = Duration::from_millis(1500);
+    a_slow_broker_loses_nothing(&proxy, &consumer, &sent, delay, visibility * 2, visibility + Duration::from_secs(2))
+        .await;
     connection().delete(&[queue], None).await;
 }

@@ -160,3 +160,59 @@ pub async fn comes_back_counted(consumer: &dyn Channel, id: &str, ceiling: Durat
     assert!(receive(consumer, id, Duration::from_secs(2)).await.is_none(), "acknowledged, yet delivered again");
     waited
 }
+
+/// The latency tests' body: `sent` (already sent) is waited for on `consumer`, whose connection
+/// goes through `proxy`, every byte held `delay` each way, longer than each receive waits
+/// (500 ms). A receive that stops waiting must not lose what the broker answered it with: the
+/// message arrives once, presenting 0 (a delivery whose answer was dropped is counted, or leased
+/// to no one, or both), within `ceiling`. A receive may fail meanwhile only as `Timeout`. Once
+/// the delay is lifted and the message acknowledged, it does not come again within `settled`.
+/// Returns what happened, for the test's report.
+pub async fn a_slow_broker_loses_nothing(
+    proxy: &proxy::FaultProxy,
+    consumer: &dyn Channel,
+    sent: &Message,
+    delay: Duration,
+    ceiling: Duration,
+    settled: Duration,
+) -> SlowBroker {
+    proxy.delay(delay);
+    let started = std::time::Instant::now();
+    let (mut timeouts, mut longest_receive) = (0, Duration::ZERO);
+    let received = loop {
+        assert!(
+            started.elapsed() < ceiling,
+            "{} was not received within {ceiling:?} through a {delay:?} delay",
+            sent.id()
+        );
+        let called = std::time::Instant::now();
+        let received = consumer.receive(Duration::from_millis(500)).await;
+        longest_receive = longest_receive.max(called.elapsed());
+        match received {
+            Ok(Some(message)) => break message,
+            Ok(None) => {}
+            Err(error) => {
+                assert_eq!(error.kind(), Some(ErrorKind::Timeout), "a slow broker's call fails as a timeout: {error}");
+                timeouts += 1;
+            }
+        }
+    };
+    let arrived = started.elapsed();
+    assert_eq!(received.id(), sent.id(), "the one message sent");
+    assert_eq!(received.header.handled_count, 0, "the first delivery presents 0: no answer was lost on the way");
+    proxy.delay(Duration::ZERO);
+    consumer.acknowledge(&received).await.unwrap();
+    assert!(receive(consumer, sent.id(), settled).await.is_none(), "acknowledged, yet delivered again");
+    let report = SlowBroker { arrived, timeouts, longest_receive };
+    eprintln!("through a {delay:?} delay each way: {report:?}");
+    report
+}
+
+/// What [`a_slow_broker_loses_nothing`] saw: when the message arrived, how many receives failed
+/// as timeouts, and the longest a receive asked to wait 500 ms took.
+#[derive(Debug)]
+pub struct SlowBroker {
+    pub arrived: Duration,
+    pub timeouts: usize,
+    pub longest_receive: Duration,
+}
