@@ -8,6 +8,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use gateway::error::ErrorKind;
 use gateway::rejection::{keys, Rejection};
 use gateway::transport::redis::native::{self, Value};
 use gateway::transport::redis::{RedisConnection, RedisSubscription};
@@ -291,4 +292,34 @@ async fn a_receive_that_stops_waiting_on_a_slow_server_loses_nothing() {
     connection().producer().send(&sent).await.unwrap();
     let delay = Duration::from_millis(1500);
     a_slow_broker_loses_nothing(&proxy, &*consumer, &sent, delay, lease * 2, lease + Duration::from_secs(2)).await;
+}
+
+/// Past the deadline: every byte held 3 s each way, longer than the reader's response deadline
+/// (5 s + the 250 ms block). Each receive fails as `Timeout` (its first call, the claim, is cut
+/// off), so nothing is read meanwhile: once the link is fast again the message arrives presenting
+/// 0, and a connection whose calls timed out goes on serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_slower_than_the_deadline_fails_receives_as_timeouts_and_loses_nothing() {
+    let (proxy, url) = proxied(providers::redis::url()).await;
+    let stream = unique("past-deadline");
+    let lease = Duration::from_secs(5);
+    let mut subscription = RedisSubscription::new(Subscription::new(format!("{stream}-group"), &stream));
+    subscription.lease = lease;
+    let through_proxy = RedisConnection::connect(&url).await.expect("connect through the proxy");
+    let consumer = through_proxy.channel(&subscription).await.expect("channel");
+    let sent = Message::new(&stream, MessageType::Command, "waits out the slow link");
+    connection().producer().send(&sent).await.unwrap();
+    proxy.delay(Duration::from_secs(3));
+    for attempt in 0..2 {
+        let started = Instant::now();
+        let slow = consumer.receive(Duration::from_millis(500)).await.expect_err("a receive past the deadline fails");
+        assert_eq!(slow.kind(), Some(ErrorKind::Timeout), "a call past its deadline is a timeout: {slow}");
+        eprintln!("receive {attempt}: {slow} after {:?}", started.elapsed());
+    }
+    proxy.delay(Duration::ZERO);
+    // Answers to the calls cut off may still be on their way: wait them out.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let arrived = receive(&*consumer, sent.id(), Duration::from_secs(10)).await.expect("the message waited");
+    assert_eq!(arrived.header.handled_count, 0, "no delivery was made while the calls timed out");
+    consumer.acknowledge(&arrived).await.unwrap();
 }
