@@ -7,7 +7,7 @@ use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use gateway::error::ErrorKind;
+use gateway::error::{ChannelError, ErrorKind};
 use gateway::pump::{decide, Action, Outcome};
 use gateway::rejection::keys;
 use gateway::{Channel, Message, MessageType, Producer, Subscription};
@@ -215,4 +215,29 @@ pub struct SlowBroker {
     pub arrived: Duration,
     pub timeouts: usize,
     pub longest_receive: Duration,
+}
+
+/// The connection-reset tests' acknowledge over a reset connection, on a client that connects
+/// again by itself: it may succeed on the new connection, or fail; if it fails it must say the
+/// connection was lost (`Refused`), never claim a settlement.
+pub async fn acknowledge_after_the_reset(consumer: &dyn Channel, received: &Message) -> Result<(), ChannelError> {
+    let acknowledged = consumer.acknowledge(received).await;
+    if let Err(lost) = &acknowledged {
+        assert_eq!(lost.kind(), Some(ErrorKind::Refused), "a failed acknowledge reports the lost connection: {lost}");
+    }
+    eprintln!("the acknowledge after the reset: {acknowledged:?}");
+    acknowledged
+}
+
+/// The end of those tests: what came `back` after an `acknowledged` message's settlement window.
+/// Acknowledged, it must not come back; if the acknowledge failed, it must, presenting
+/// `presents` (what the broker's counter makes of the delivery lost with its connection).
+pub fn settled_once_or_back(acknowledged: Result<(), ChannelError>, back: Option<Message>, presents: u32) {
+    match acknowledged {
+        Ok(()) => assert!(back.is_none(), "acknowledged on the new connection, yet delivered again"),
+        Err(_) => {
+            let back = back.expect("an acknowledge that failed leaves the message to come back");
+            assert_eq!(back.header.handled_count, presents, "the delivery lost with its connection");
+        }
+    }
 }
