@@ -329,3 +329,34 @@ async fn a_receive_that_stops_waiting_on_a_slow_server_loses_nothing() {
     let delay = Duration::from_millis(1500);
     a_slow_broker_loses_nothing(&proxy, &*consumer, &sent, delay, lease * 2, lease + Duration::from_secs(2)).await;
 }
+
+/// Past the call deadline: every byte held 2 s each way, the channel's deadline 7 s. A receive
+/// is two round trips (tokio-postgres prepares the statement, then runs it): the query reaches
+/// the server at 6 s, which leases the row and answers; the answer would arrive at 8 s, so the
+/// receive fails `Timeout` at 7 s. Nothing is lost: the lease brings the row back when it lapses,
+/// presenting 1 (the server counted the delivery whose answer was cut off), and acknowledged it
+/// does not come again. (With a deadline inside the first round trip nothing is leased, and the
+/// row arrives at once presenting 0.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_past_its_deadline_fails_as_a_timeout_and_the_lease_brings_the_row_back_counted() {
+    let (proxy, url) = proxied(providers::postgres::url()).await;
+    let queue = unique("past-deadline");
+    let lease = Duration::from_secs(3);
+    let mut subscription = PostgresSubscription::new(Subscription::new(format!("{queue}-sub"), &queue));
+    subscription.lease = lease;
+    subscription.call_deadline = Duration::from_secs(7);
+    let through_proxy = PostgresConnection::connect(&url).await.expect("connect through the proxy");
+    let consumer = through_proxy.channel(&subscription).await.expect("channel");
+    let sent = Message::new(&queue, MessageType::Command, "answered past the deadline");
+    connection().producer().send(&sent).await.unwrap();
+    proxy.delay(Duration::from_secs(2));
+    let started = Instant::now();
+    let cut_off = consumer.receive(Duration::from_millis(500)).await.expect_err("a receive past its deadline fails");
+    eprintln!("{cut_off} after {:?}", started.elapsed());
+    assert_eq!(cut_off.kind(), Some(ErrorKind::Timeout), "a call past its deadline is a timeout: {cut_off}");
+    proxy.delay(Duration::ZERO);
+    let back = receive(&*consumer, sent.id(), lease * 3).await.expect("the lease brings the row back");
+    assert_eq!(back.header.handled_count, 1, "the delivery whose answer was cut off is counted");
+    consumer.acknowledge(&back).await.unwrap();
+    assert!(receive(&*consumer, sent.id(), lease + Duration::from_secs(1)).await.is_none(), "acknowledged, yet back");
+}

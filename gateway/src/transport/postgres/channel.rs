@@ -1,6 +1,7 @@
 //! The consumer: receive by leasing the oldest visible row (`FOR UPDATE SKIP LOCKED`), settle
 //! by deleting it or moving its visibility deadline, reject in one transaction.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,7 +13,7 @@ use super::producer::insert;
 use super::subscription::PostgresSubscription;
 use crate::budget::CountingReport;
 use crate::channel::Channel;
-use crate::error::ChannelError;
+use crate::error::{ChannelError, ErrorKind};
 use crate::message::Message;
 use crate::rejection::Rejection;
 use crate::runtime::GatewayRuntime;
@@ -92,6 +93,7 @@ pub struct PostgresChannel {
     subscription: Subscription,
     lease: Duration,
     poll_interval: Duration,
+    call_deadline: Duration,
     warnings: ReaderWarnings,
     counting: CountingReport,
 }
@@ -113,21 +115,36 @@ impl PostgresChannel {
             subscription,
             lease: postgres.lease,
             poll_interval: postgres.poll_interval,
+            call_deadline: postgres.call_deadline,
         }
+    }
+
+    /// Runs `call` on the gateway's runtime, failing it as a `Timeout` once the call deadline has
+    /// passed. A call cut off may still have reached the server: a receive's lease then brings
+    /// the row back when it lapses, counted; a reject's transaction commits whole or not at all.
+    async fn within<R: Send + 'static>(
+        &self,
+        operation: &'static str,
+        call: impl Future<Output = R> + Send + 'static,
+    ) -> Result<R, ChannelError> {
+        let deadline = self.call_deadline;
+        self.runtime.call(tokio::time::timeout(deadline, call)).await.map_err(|elapsed| {
+            let why = format!("no answer within the call deadline of {deadline:?} ({elapsed})");
+            kit::broker_error(self.name(), operation, ErrorKind::Timeout, why)
+        })
     }
 
     async fn receive_one(&self) -> Result<Option<ReceivedRow>, ChannelError> {
         let (client, queue, lease) =
             (self.statements.clone(), self.subscription.routing_key.clone(), self.lease.as_secs_f64());
-        self.runtime
-            .call(async move {
-                match client.query_opt(RECEIVE, &[&queue, &lease]).await? {
-                    Some(row) => ReceivedRow::from_row(&row).map(Some),
-                    None => Ok(None),
-                }
-            })
-            .await
-            .map_err(|e| broker_error(self.name(), "receive", e))
+        self.within("receive", async move {
+            match client.query_opt(RECEIVE, &[&queue, &lease]).await? {
+                Some(row) => ReceivedRow::from_row(&row).map(Some),
+                None => Ok(None),
+            }
+        })
+        .await?
+        .map_err(|e| broker_error(self.name(), "receive", e))
     }
 
     /// Deletes (`None`) or releases after `delay` the row `message` was received from, while
@@ -142,8 +159,7 @@ impl PostgresChannel {
         let (id, deliveries) = message.receipt.as_deref().and_then(parse_receipt).ok_or_else(not_in_flight)?;
         let client = self.statements.clone();
         let changed = self
-            .runtime
-            .call(async move {
+            .within(operation, async move {
                 match release {
                     None => client.execute(&acknowledge_statement(), &[&id, &deliveries]).await,
                     Some(delay) => {
@@ -151,7 +167,7 @@ impl PostgresChannel {
                     }
                 }
             })
-            .await
+            .await?
             .map_err(|e| broker_error(self.name(), operation, e))?;
         if changed == 0 {
             return Err(not_in_flight());
@@ -199,8 +215,7 @@ impl Channel for PostgresChannel {
         };
         let (transactions, statements) = (self.transactions.clone(), self.statements.clone());
         let (subscription, message, rejection) = (self.subscription.clone(), message.clone(), rejection.cloned());
-        self.runtime
-            .call(async move {
+        self.within("reject", async move {
                 let name = subscription.name.as_str();
                 let release = async || {
                     let released = statements.execute(&release_statement(), &[&id, &deliveries, &0f64]).await;
@@ -249,7 +264,7 @@ impl Channel for PostgresChannel {
                 };
                 kit::reject_by_forwarding(name, &subscription, &message, rejection.as_ref(), publish, settle).await
             })
-            .await
+            .await?
     }
 
     /// `visible_at` becomes now + the delay: received again not before it.

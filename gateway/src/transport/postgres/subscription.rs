@@ -15,11 +15,19 @@ pub struct PostgresSubscription {
     pub lease: Duration,
     /// How long a receive waits between polls of an empty queue.
     pub poll_interval: Duration,
+    /// How long a channel's call waits for the server before it fails as a `Timeout` (30 s, as
+    /// Npgsql's command timeout): a server that stops answering must not hold a pump for ever.
+    pub call_deadline: Duration,
 }
 
 impl PostgresSubscription {
     pub fn new(subscription: Subscription) -> PostgresSubscription {
-        PostgresSubscription { subscription, lease: Duration::from_secs(30), poll_interval: Duration::from_millis(50) }
+        PostgresSubscription {
+            subscription,
+            lease: Duration::from_secs(30),
+            poll_interval: Duration::from_millis(50),
+            call_deadline: Duration::from_secs(30),
+        }
     }
 }
 
