@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use aws_sdk_sqs::types::MessageAttributeValue;
 use gateway::budget::{self, BudgetWarning, DeliveryCounting};
+use gateway::error::ErrorKind;
 use gateway::rejection::keys;
 use gateway::transport::sqs::{SqsConnection, SqsSubscription};
 use gateway::{BagValue, Channel, Message, MessageType, Producer, Rejection, Subscription};
@@ -169,5 +170,38 @@ async fn a_receive_that_stops_waiting_on_a_slow_endpoint_loses_nothing() {
     let delay = Duration::from_millis(1500);
     a_slow_broker_loses_nothing(&proxy, &consumer, &sent, delay, visibility * 2, visibility + Duration::from_secs(2))
         .await;
+    connection().delete(&[queue], None).await;
+}
+
+/// Past the call deadline: every byte held 1.5 s each way, the connection's deadline 2 s. The
+/// receive reaches the emulator (1.5 s), which hands the message out (invisible for the
+/// visibility timeout, its receive count 1) and answers; the answer would arrive at 3 s, so the
+/// receive fails `Timeout` at 2 s. Nothing is lost: the message comes back when its visibility
+/// timeout lapses, presenting 1 (counted: the service delivered it), and acknowledged it does not
+/// come again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_past_its_deadline_fails_as_a_timeout_and_the_message_comes_back_counted() {
+    let (proxy, url) = proxied(providers::sqs::endpoint()).await;
+    let through_proxy = SqsConnection::local_with_deadline(&url, Duration::from_secs(2));
+    let queue = unique("past-deadline");
+    let visibility = Duration::from_secs(3);
+    let mut subscription = SqsSubscription::new(Subscription::new(&queue, &queue));
+    subscription.visibility_timeout = visibility;
+    let consumer = through_proxy.channel(&subscription).await.unwrap();
+    let sent = Message::new(&queue, MessageType::Command, "answered past the deadline");
+    connection().sqs_producer().send(&sent).await.unwrap();
+    proxy.delay(Duration::from_millis(1500));
+    let started = std::time::Instant::now();
+    let cut_off = consumer.receive(Duration::from_millis(500)).await.expect_err("a receive past its deadline fails");
+    eprintln!("{cut_off} after {:?}", started.elapsed());
+    assert_eq!(cut_off.kind(), Some(ErrorKind::Timeout), "a call past its deadline is a timeout: {cut_off}");
+    proxy.delay(Duration::ZERO);
+    let back = receive(&consumer, sent.id(), visibility * 3).await.expect("the visibility timeout brings it back");
+    assert_eq!(back.header.handled_count, 1, "the delivery whose answer was cut off is counted");
+    consumer.acknowledge(&back).await.unwrap();
+    assert!(
+        receive(&consumer, sent.id(), visibility + Duration::from_secs(1)).await.is_none(),
+        "acknowledged, yet back"
+    );
     connection().delete(&[queue], None).await;
 }

@@ -4,9 +4,9 @@ use std::time::Duration;
 
 use aws_sdk_sqs::types::QueueAttributeName;
 
-use super::broker_error;
 use super::channel::{Envelope, SqsChannel};
 use super::producer::{SnsProducer, SqsProducer};
+use super::{broker_error, MAX_WAIT_SECONDS};
 use crate::budget::{self, DeliveryCounting};
 use crate::error::{ChannelError, ErrorKind};
 use crate::runtime::GatewayRuntime;
@@ -59,6 +59,17 @@ impl DeliveryCounting for SqsSubscription {
     }
 }
 
+/// How long a call (its retries included) waits for SQS or SNS before it fails as a `Timeout`, on
+/// the connections the gateway configures (`from_environment`, `local`): the longest receive
+/// long-polls 20 s, and a service that stops answering must not hold a pump for ever. The AWS SDK
+/// sets no such deadline by default; a caller passing its own clients to `new` sets its own
+/// (`timeout_config`).
+pub const CALL_DEADLINE: Duration = Duration::from_secs(MAX_WAIT_SECONDS + 10);
+
+fn deadline(call_deadline: Duration) -> aws_sdk_sqs::config::timeout::TimeoutConfig {
+    aws_sdk_sqs::config::timeout::TimeoutConfig::builder().operation_timeout(call_deadline).build()
+}
+
 impl SqsConnection {
     /// Calls run on the shared gateway runtime; `with_runtime` gives them the caller's.
     pub fn new(sqs: aws_sdk_sqs::Client, sns: aws_sdk_sns::Client) -> SqsConnection {
@@ -71,15 +82,23 @@ impl SqsConnection {
         SqsConnection { runtime, ..self }
     }
 
-    /// From the environment's AWS configuration (credentials, region, `AWS_ENDPOINT_URL`).
+    /// From the environment's AWS configuration (credentials, region, `AWS_ENDPOINT_URL`), each
+    /// call bounded by [`CALL_DEADLINE`].
     pub async fn from_environment() -> SqsConnection {
-        let config =
-            GatewayRuntime::shared().call(aws_config::load_defaults(aws_config::BehaviorVersion::latest())).await;
+        let loading =
+            aws_config::defaults(aws_config::BehaviorVersion::latest()).timeout_config(deadline(CALL_DEADLINE));
+        let config = GatewayRuntime::shared().call(loading.load()).await;
         SqsConnection::new(aws_sdk_sqs::Client::new(&config), aws_sdk_sns::Client::new(&config))
     }
 
-    /// A local emulator (moto, LocalStack) at `endpoint`, with fixed test credentials.
+    /// A local emulator (moto, LocalStack) at `endpoint`, with fixed test credentials, each call
+    /// bounded by [`CALL_DEADLINE`].
     pub fn local(endpoint: &str) -> SqsConnection {
+        SqsConnection::local_with_deadline(endpoint, CALL_DEADLINE)
+    }
+
+    /// As [`SqsConnection::local`], each call bounded by `call_deadline`.
+    pub fn local_with_deadline(endpoint: &str, call_deadline: Duration) -> SqsConnection {
         let credentials = aws_sdk_sqs::config::Credentials::new("test", "test", None, None, "local-emulator");
         let region = aws_sdk_sqs::config::Region::new("us-east-1");
         let behaviour = aws_sdk_sqs::config::BehaviorVersion::latest();
@@ -88,12 +107,14 @@ impl SqsConnection {
             .endpoint_url(endpoint)
             .region(region.clone())
             .credentials_provider(credentials.clone())
+            .timeout_config(deadline(call_deadline))
             .build();
         let sns = aws_sdk_sns::Config::builder()
             .behavior_version(behaviour)
             .endpoint_url(endpoint)
             .region(region)
             .credentials_provider(credentials)
+            .timeout_config(deadline(call_deadline))
             .build();
         SqsConnection::new(aws_sdk_sqs::Client::from_conf(sqs), aws_sdk_sns::Client::from_conf(sns))
     }

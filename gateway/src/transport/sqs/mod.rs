@@ -17,7 +17,7 @@ use crate::transport::kit;
 
 pub use channel::{read_sqs_message, Envelope, SqsChannel};
 pub use envelope::read_sns_envelope;
-pub use factory::{SqsConnection, SqsSubscription};
+pub use factory::{SqsConnection, SqsSubscription, CALL_DEADLINE};
 pub use producer::{SnsProducer, SqsProducer};
 
 /// SQS's limits, in seconds.
