@@ -8,6 +8,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use gateway::error::ErrorKind;
 use gateway::rejection::{keys, Rejection};
 use gateway::transport::rabbitmq::lapin::options::{BasicGetOptions, BasicNackOptions, BasicRejectOptions};
 use gateway::transport::rabbitmq::lapin::{Connection, ConnectionProperties};
@@ -430,4 +431,34 @@ async fn a_receive_that_stops_waiting_on_a_slow_node_loses_nothing() {
     let delay = Duration::from_millis(1500);
     let ceiling = Duration::from_secs(12);
     a_slow_broker_loses_nothing(&proxy, &*consumer, &sent, delay, ceiling, Duration::from_secs(5)).await;
+}
+
+/// Past the call deadline, on a quorum queue: every byte held 1.5 s each way, the receive's
+/// deadline 2 s. The `basic.get` reaches the node (1.5 s), which hands the message to the channel
+/// and answers; the answer would arrive at 3 s, so the receive fails `Timeout` at 2 s, and the
+/// gateway closes the channel rather than leave the message unacknowledged with it for ever: the
+/// node returns it to the queue, counted. The spent channel's next call is `Refused`; a new
+/// channel receives the message presenting 1, and acknowledged it does not come again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_get_past_its_deadline_fails_as_a_timeout_and_the_message_comes_back_counted() {
+    let (proxy, url) = proxied(providers::rabbitmq::url()).await;
+    let queue = unique("past-deadline");
+    let mut subscription = RabbitMqSubscription::quorum(Subscription::new(format!("{queue}-sub"), &queue), None);
+    subscription.call_deadline = Duration::from_secs(2);
+    let through_proxy = RabbitMqConnection::connect(&url).await.expect("connect through the proxy");
+    let consumer = through_proxy.channel(&subscription).await.unwrap();
+    let sent = Message::new(&queue, MessageType::Command, "answered past the deadline");
+    connection().producer().send(&sent).await.unwrap();
+    proxy.delay(Duration::from_millis(1500));
+    let started = std::time::Instant::now();
+    let cut_off = consumer.receive(Duration::from_millis(500)).await.expect_err("a receive past its deadline fails");
+    eprintln!("{cut_off} after {:?}", started.elapsed());
+    assert_eq!(cut_off.kind(), Some(ErrorKind::Timeout), "a call past its deadline is a timeout: {cut_off}");
+    proxy.delay(Duration::ZERO);
+    assert_refused(&*consumer, "after the timed-out get").await;
+    let recovered = connection().channel(&subscription).await.unwrap();
+    let back = receive(&*recovered, sent.id(), Duration::from_secs(10)).await.expect("returned by the closed channel");
+    assert_eq!(back.header.handled_count, 1, "the delivery whose answer was cut off is counted");
+    recovered.acknowledge(&back).await.unwrap();
+    assert!(receive(&*recovered, sent.id(), Duration::from_secs(2)).await.is_none(), "acknowledged, yet back");
 }

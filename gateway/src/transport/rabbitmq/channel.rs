@@ -16,7 +16,7 @@ use super::subscription::{QueueType, RabbitMqSubscription};
 use super::{broker_error, DELIVERY_COUNT_HEADER, PRIOR_DELIVERIES_HEADER};
 use crate::budget::CountingReport;
 use crate::channel::Channel;
-use crate::error::ChannelError;
+use crate::error::{ChannelError, ErrorKind};
 use crate::message::Message;
 use crate::rejection::Rejection;
 use crate::runtime::GatewayRuntime;
@@ -148,15 +148,34 @@ impl RabbitMqChannel {
 
     async fn get_one(&self) -> Result<Option<Delivery>, ChannelError> {
         let (channel, queue) = (self.channel.clone(), ShortString::from(self.queue()));
-        let got = self
-            .runtime
-            .call(async move { channel.basic_get(queue, BasicGetOptions { no_ack: false }).await })
-            .await
-            .map_err(|e| broker_error(self.name(), "basic.get", e))?;
+        let deadline = self.rabbitmq.call_deadline;
+        let getting = async move {
+            tokio::time::timeout(deadline, channel.basic_get(queue, BasicGetOptions { no_ack: false })).await
+        };
+        let Ok(got) = self.runtime.call(getting).await else {
+            return Err(self.spent_by_a_late_get(deadline).await);
+        };
+        let got = got.map_err(|e| broker_error(self.name(), "basic.get", e))?;
         Ok(got.map(|got| {
             self.in_flight().insert(got.delivery.delivery_tag);
             got.delivery
         }))
+    }
+
+    /// A `basic.get` unanswered past the deadline may still be answered with a message, which
+    /// would then stay unacknowledged with this channel, received by no one, until it closes. So
+    /// the channel is closed now (the node returns what it holds to the queue: counted on a quorum
+    /// queue, as any return) and is spent: its later calls fail `Refused`, as after a lost
+    /// connection; the consumer makes a new channel.
+    async fn spent_by_a_late_get(&self, deadline: Duration) -> ChannelError {
+        let channel = self.channel.clone();
+        let closing =
+            async move { tokio::time::timeout(deadline, channel.close(200, "a basic.get timed out".into())).await };
+        if let Ok(Err(error)) = self.runtime.call(closing).await {
+            tracing::warn!(channel = self.name(), %error, "closing a channel after a timed-out basic.get failed");
+        }
+        let why = format!("no basic.get-ok within the call deadline of {deadline:?}; the channel is closed");
+        kit::broker_error(self.name(), "basic.get", ErrorKind::Timeout, why)
     }
 
     /// Takes `message`'s delivery out of flight: every settlement starts here.

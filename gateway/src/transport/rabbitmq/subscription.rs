@@ -1,8 +1,13 @@
 //! A RabbitMQ subscription as the gateway reads it (queue, queue type, delivery limit), and what
 //! it says of its counting.
 
+use std::time::Duration;
+
 use crate::budget::DeliveryCounting;
 use crate::subscription::Subscription;
+
+/// A receive's default call deadline.
+const CALL_DEADLINE: Duration = Duration::from_secs(20);
 
 /// The queue type the channel's queues are declared with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,15 +36,29 @@ pub struct RabbitMqSubscription {
     /// Quorum only: `x-delivery-limit` N on the work queue (the broker delivers a message at most
     /// N + 1 times, then dead-letters it to the dead-letter queue, or drops it without one).
     pub delivery_limit: Option<u32>,
+    /// How long a receive's `basic.get` waits for the node before it fails as a `Timeout` (20 s,
+    /// as RabbitMQ.Client's continuation timeout): lapin has no deadline of its own, and a node
+    /// that stops answering must not hold a pump for ever.
+    pub call_deadline: Duration,
 }
 
 impl RabbitMqSubscription {
     pub fn classic(subscription: Subscription) -> RabbitMqSubscription {
-        RabbitMqSubscription { subscription, queue_type: QueueType::Classic, delivery_limit: None }
+        RabbitMqSubscription {
+            subscription,
+            queue_type: QueueType::Classic,
+            delivery_limit: None,
+            call_deadline: CALL_DEADLINE,
+        }
     }
 
     pub fn quorum(subscription: Subscription, delivery_limit: Option<u32>) -> RabbitMqSubscription {
-        RabbitMqSubscription { subscription, queue_type: QueueType::Quorum, delivery_limit }
+        RabbitMqSubscription {
+            subscription,
+            queue_type: QueueType::Quorum,
+            delivery_limit,
+            call_deadline: CALL_DEADLINE,
+        }
     }
 }
 
