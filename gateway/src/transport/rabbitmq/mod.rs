@@ -30,6 +30,10 @@
 //! Reject publishes the stamped copy to the dead-letter or invalid-message queue
 //! (`kit::reject_by_forwarding`), then acknowledges. The header travels as AMQP headers in the
 //! layout `transport::attributes` shares with the other brokers (all values long strings).
+//!
+//! A receive's `basic.get` unanswered within the subscription's `call_deadline` (20 s) fails as a
+//! `Timeout` and closes the channel: a late answer would leave its message unacknowledged with
+//! the channel, received by no one; closed, the node returns it (lapin has no deadline of its own).
 
 mod channel;
 mod connection;
