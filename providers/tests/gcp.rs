@@ -159,7 +159,8 @@ async fn pull_a_connection_reset_before_the_acknowledge_is_reported_or_survived(
         }
         Err(lost) => {
             assert_eq!(lost.kind(), Some(ErrorKind::Refused), "the acknowledge reports the lost connection: {lost}");
-            let waited = comes_back_counted(&*consumer, received.id(), Duration::from_secs(20)).await;
+            let waited =
+                comes_back_counted(&*consumer, received.id(), Duration::from_secs(20), Duration::from_secs(2)).await;
             eprintln!("the acknowledge failed Refused; came back {waited:?} later (ack deadline 10 s)");
         }
     }

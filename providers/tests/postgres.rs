@@ -16,8 +16,9 @@ use gateway::{Channel, Message, MessageType, Producer, Subscription};
 mod support;
 use support::proxy::proxied;
 use support::{
-    a_slow_broker_loses_nothing, assert_refused, comes_back_counted, receive, reset_before_acknowledge,
-    send_and_defer_twice, third_delivery_spends_the_budget, under_a_budget_of_three, unique, KeptFolder,
+    a_receive_past_its_deadline_times_out, a_slow_broker_loses_nothing, assert_refused, comes_back_counted, receive,
+    reset_before_acknowledge, send_and_defer_twice, third_delivery_spends_the_budget, under_a_budget_of_three, unique,
+    KeptFolder,
 };
 
 fn connection() -> &'static PostgresConnection {
@@ -309,7 +310,7 @@ async fn a_connection_reset_before_the_acknowledge_brings_the_message_back_count
     let received = receive(&*consumer, sent.id(), Duration::from_secs(10)).await.expect("delivered");
     reset_before_acknowledge(&proxy, &*consumer, &received).await;
     assert_refused(&*consumer, "after the reset").await;
-    let waited = comes_back_counted(&*on(connection()).await, sent.id(), lease * 5).await;
+    let waited = comes_back_counted(&*on(connection()).await, sent.id(), lease * 5, Duration::from_secs(2)).await;
     eprintln!("came back {waited:?} after the reset (lease {lease:?})");
 }
 
@@ -349,14 +350,7 @@ async fn a_call_past_its_deadline_fails_as_a_timeout_and_the_lease_brings_the_ro
     let consumer = through_proxy.channel(&subscription).await.expect("channel");
     let sent = Message::new(&queue, MessageType::Command, "answered past the deadline");
     connection().producer().send(&sent).await.unwrap();
-    proxy.delay(Duration::from_secs(2));
-    let started = Instant::now();
-    let cut_off = consumer.receive(Duration::from_millis(500)).await.expect_err("a receive past its deadline fails");
-    eprintln!("{cut_off} after {:?}", started.elapsed());
-    assert_eq!(cut_off.kind(), Some(ErrorKind::Timeout), "a call past its deadline is a timeout: {cut_off}");
+    a_receive_past_its_deadline_times_out(&proxy, &*consumer, Duration::from_secs(2)).await;
     proxy.delay(Duration::ZERO);
-    let back = receive(&*consumer, sent.id(), lease * 3).await.expect("the lease brings the row back");
-    assert_eq!(back.header.handled_count, 1, "the delivery whose answer was cut off is counted");
-    consumer.acknowledge(&back).await.unwrap();
-    assert!(receive(&*consumer, sent.id(), lease + Duration::from_secs(1)).await.is_none(), "acknowledged, yet back");
+    comes_back_counted(&*consumer, sent.id(), lease * 3, lease + Duration::from_secs(1)).await;
 }

@@ -7,14 +7,15 @@ use std::time::Duration;
 
 use aws_sdk_sqs::types::MessageAttributeValue;
 use gateway::budget::{self, BudgetWarning, DeliveryCounting};
-use gateway::error::ErrorKind;
 use gateway::rejection::keys;
 use gateway::transport::sqs::{SqsConnection, SqsSubscription};
 use gateway::{BagValue, Channel, Message, MessageType, Producer, Rejection, Subscription};
 
 mod support;
 use support::proxy::proxied;
-use support::{a_slow_broker_loses_nothing, receive, unique};
+use support::{
+    a_receive_past_its_deadline_times_out, a_slow_broker_loses_nothing, comes_back_counted, receive, unique,
+};
 
 fn connection() -> &'static SqsConnection {
     providers::sqs::connection()
@@ -190,18 +191,8 @@ async fn a_call_past_its_deadline_fails_as_a_timeout_and_the_message_comes_back_
     let consumer = through_proxy.channel(&subscription).await.unwrap();
     let sent = Message::new(&queue, MessageType::Command, "answered past the deadline");
     connection().sqs_producer().send(&sent).await.unwrap();
-    proxy.delay(Duration::from_millis(1500));
-    let started = std::time::Instant::now();
-    let cut_off = consumer.receive(Duration::from_millis(500)).await.expect_err("a receive past its deadline fails");
-    eprintln!("{cut_off} after {:?}", started.elapsed());
-    assert_eq!(cut_off.kind(), Some(ErrorKind::Timeout), "a call past its deadline is a timeout: {cut_off}");
+    a_receive_past_its_deadline_times_out(&proxy, &consumer, Duration::from_millis(1500)).await;
     proxy.delay(Duration::ZERO);
-    let back = receive(&consumer, sent.id(), visibility * 3).await.expect("the visibility timeout brings it back");
-    assert_eq!(back.header.handled_count, 1, "the delivery whose answer was cut off is counted");
-    consumer.acknowledge(&back).await.unwrap();
-    assert!(
-        receive(&consumer, sent.id(), visibility + Duration::from_secs(1)).await.is_none(),
-        "acknowledged, yet back"
-    );
+    comes_back_counted(&consumer, sent.id(), visibility * 3, visibility + Duration::from_secs(1)).await;
     connection().delete(&[queue], None).await;
 }

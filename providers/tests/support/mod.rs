@@ -147,18 +147,29 @@ pub async fn reset_before_acknowledge(proxy: &proxy::FaultProxy, consumer: &dyn 
     assert_eq!(lost.kind(), Some(ErrorKind::Refused), "the acknowledge reports the lost connection: {lost}");
 }
 
-/// The connection-reset tests' second half, on `consumer` (a new connection's channel): the
-/// unsettled message `id` comes back within `ceiling`, presenting 1, the broker having counted
-/// the delivery whose connection broke; acknowledged, it does not come again. Returns how long
-/// it took to come back.
-pub async fn comes_back_counted(consumer: &dyn Channel, id: &str, ceiling: Duration) -> Duration {
+/// The fault tests' second half, on `consumer`: the unsettled message `id` comes back within
+/// `ceiling`, presenting 1, the broker having counted the delivery whose connection broke or
+/// whose answer was cut off; acknowledged, it does not come again within `settled` (longer than
+/// the lease, where the broker leases). Returns how long it took to come back.
+pub async fn comes_back_counted(consumer: &dyn Channel, id: &str, ceiling: Duration, settled: Duration) -> Duration {
     let started = std::time::Instant::now();
     let again = receive(consumer, id, ceiling).await.expect("the unsettled message comes back");
     let waited = started.elapsed();
     assert_eq!(again.header.handled_count, 1, "the delivery on the reset connection is counted");
     consumer.acknowledge(&again).await.unwrap();
-    assert!(receive(consumer, id, Duration::from_secs(2)).await.is_none(), "acknowledged, yet delivered again");
+    assert!(receive(consumer, id, settled).await.is_none(), "acknowledged, yet delivered again");
     waited
+}
+
+/// The past-deadline tests' first half: with every byte through `proxy` held `delay` (a round
+/// trip longer than the call deadline of `consumer`'s transport), a receive fails as a
+/// `Timeout`, never another kind. The delay stays set: the caller lifts it.
+pub async fn a_receive_past_its_deadline_times_out(proxy: &proxy::FaultProxy, consumer: &dyn Channel, delay: Duration) {
+    proxy.delay(delay);
+    let started = std::time::Instant::now();
+    let cut_off = consumer.receive(Duration::from_millis(500)).await.expect_err("a receive past its deadline fails");
+    eprintln!("{cut_off} after {:?}", started.elapsed());
+    assert_eq!(cut_off.kind(), Some(ErrorKind::Timeout), "a call past its deadline is a timeout: {cut_off}");
 }
 
 /// The latency tests' body: `sent` (already sent) is waited for on `consumer`, whose connection
