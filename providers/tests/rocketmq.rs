@@ -15,8 +15,8 @@ use gateway::{Channel, Message, MessageType, Producer, Subscription};
 mod support;
 use support::proxy::FaultProxy;
 use support::{
-    a_slow_broker_loses_nothing, acknowledge_after_the_reset, receive, send_and_defer_twice, settled_once_or_back,
-    third_delivery_spends_the_budget, under_a_budget_of_three, unique, KeptFolder,
+    a_slow_broker_loses_nothing, acknowledge_after_the_reset, receive, send_after_the_reset, send_and_defer_twice,
+    settled_once_or_back, third_delivery_spends_the_budget, under_a_budget_of_three, unique, KeptFolder,
 };
 
 fn connection() -> &'static RocketMqConnection {
@@ -204,7 +204,8 @@ fn group(topic: &str, lease: Duration) -> RocketMqSubscription {
 /// `Ok` 51 ms after the reset, 3 connections reset), the channel goes on receiving (a message sent
 /// after the reset arrives on it, no error on the way), and the acknowledged message does not come
 /// back when its invisible time lapses. Should the acknowledge fail, it must say so (`Refused`)
-/// and the message must come back presenting 1: the pop attempt is the broker's.
+/// and the message must come back presenting 1: the pop attempt is the broker's (seen once under
+/// CI's load, with the producer's next send failing once as `Refused`, a broken pipe).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_connection_reset_before_the_acknowledge_reconnects_and_settles_once() {
     let BehindAProxy { proxy, broker, connection, _folder } = broker_behind_a_proxy("proxied-rocketmq").await;
@@ -219,7 +220,7 @@ async fn a_connection_reset_before_the_acknowledge_reconnects_and_settles_once()
     let acknowledged = acknowledge_after_the_reset(&*consumer, &received).await;
 
     let after = Message::new(&topic, MessageType::Command, "sent after the reset");
-    connection.producer().send(&after).await.unwrap();
+    send_after_the_reset(&connection.producer(), &after).await;
     let arrived = receive(&*consumer, after.id(), Duration::from_secs(20)).await.expect("received after the reset");
     consumer.acknowledge(&arrived).await.unwrap();
     // Past the first delivery's invisible time: an unsettled message is back by then.

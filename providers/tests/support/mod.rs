@@ -240,6 +240,17 @@ pub async fn acknowledge_after_the_reset(consumer: &dyn Channel, received: &Mess
     acknowledged
 }
 
+/// A send over a connection the proxy reset, on a client that connects again by itself: it may
+/// go through, or fail once saying the connection was lost (`Refused`: the write hit the reset
+/// socket, measured on RocketMQ under CI's load as a broken pipe); the next send must go through.
+pub async fn send_after_the_reset(producer: &dyn Producer, message: &Message) {
+    if let Err(lost) = producer.send(message).await {
+        assert_eq!(lost.kind(), Some(ErrorKind::Refused), "a failed send reports the lost connection: {lost}");
+        eprintln!("the send after the reset: {lost}");
+        producer.send(message).await.expect("the send after a reported reset goes through");
+    }
+}
+
 /// The end of those tests: what came `back` after an `acknowledged` message's settlement window.
 /// Acknowledged, it must not come back; if the acknowledge failed, it must, presenting
 /// `presents` (what the broker's counter makes of the delivery lost with its connection).
