@@ -4,12 +4,14 @@
 //! cannot be read. A transport keeps only its broker calls, its reader, and how its SDK's errors
 //! map to an `ErrorKind`.
 
+use std::future::Future;
 use std::time::Duration;
 
 use crate::channel::Channel;
 use crate::error::{BoxError, ChannelError, ErrorKind};
 use crate::message::Message;
 use crate::rejection::{self, Rejection};
+use crate::runtime::GatewayRuntime;
 use crate::subscription::Subscription;
 
 /// A failed broker call on `channel`.
@@ -20,6 +22,23 @@ pub(crate) fn broker_error(
     source: impl Into<BoxError>,
 ) -> ChannelError {
     ChannelError::broker(channel, operation, kind, source)
+}
+
+/// Runs `call` on the gateway's runtime, failing it on `channel` as a `Timeout` once `deadline`
+/// has passed, for clients with no deadline of their own. A call cut off may still have reached
+/// the broker: the caller says what then becomes of the message.
+#[cfg_attr(not(any(feature = "postgres", feature = "gcp")), allow(dead_code))]
+pub(crate) async fn within<R: Send + 'static>(
+    runtime: &GatewayRuntime,
+    channel: &str,
+    operation: &'static str,
+    deadline: Duration,
+    call: impl Future<Output = R> + Send + 'static,
+) -> Result<R, ChannelError> {
+    runtime.call(tokio::time::timeout(deadline, call)).await.map_err(|elapsed| {
+        let why = format!("no answer within the call deadline of {deadline:?} ({elapsed})");
+        broker_error(channel, operation, ErrorKind::Timeout, why)
+    })
 }
 
 /// The kind an I/O error somewhere in `error`'s chain gives (connection refused, timed out),

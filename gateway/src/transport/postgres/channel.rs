@@ -13,7 +13,7 @@ use super::producer::insert;
 use super::subscription::PostgresSubscription;
 use crate::budget::CountingReport;
 use crate::channel::Channel;
-use crate::error::{ChannelError, ErrorKind};
+use crate::error::ChannelError;
 use crate::message::Message;
 use crate::rejection::Rejection;
 use crate::runtime::GatewayRuntime;
@@ -119,19 +119,15 @@ impl PostgresChannel {
         }
     }
 
-    /// Runs `call` on the gateway's runtime, failing it as a `Timeout` once the call deadline has
-    /// passed. A call cut off may still have reached the server: a receive's lease then brings
-    /// the row back when it lapses, counted; a reject's transaction commits whole or not at all.
+    /// Runs `call` within the call deadline (`kit::within`). A call cut off may still have reached
+    /// the server: a receive's lease then brings the row back when it lapses, counted; a reject's
+    /// transaction commits whole or not at all.
     async fn within<R: Send + 'static>(
         &self,
         operation: &'static str,
         call: impl Future<Output = R> + Send + 'static,
     ) -> Result<R, ChannelError> {
-        let deadline = self.call_deadline;
-        self.runtime.call(tokio::time::timeout(deadline, call)).await.map_err(|elapsed| {
-            let why = format!("no answer within the call deadline of {deadline:?} ({elapsed})");
-            kit::broker_error(self.name(), operation, ErrorKind::Timeout, why)
-        })
+        kit::within(&self.runtime, self.name(), operation, self.call_deadline, call).await
     }
 
     async fn receive_one(&self) -> Result<Option<ReceivedRow>, ChannelError> {
