@@ -126,11 +126,25 @@ fn r11_is_warned_once_at_channel_creation_and_never_on_receive() {
 
 /// A subscription through a proxy to the emulator, a message sent to it and received once.
 async fn received_through_a_proxy(consumption: Consumption) -> (FaultProxy, Arc<dyn Channel>, Message) {
+    received_through_a_proxy_within(
+        consumption,
+        GcpSubscription::new(Subscription::new("", ""), consumption).call_deadline,
+    )
+    .await
+}
+
+/// The same, the channel's settlements bounded by `call_deadline`.
+async fn received_through_a_proxy_within(
+    consumption: Consumption,
+    call_deadline: Duration,
+) -> (FaultProxy, Arc<dyn Channel>, Message) {
     let (endpoint, project) = providers::gcp::endpoint();
     let (proxy, url) = proxied(endpoint).await;
     let through_proxy = GcpConnection::emulator(&url, project).unwrap();
     let topic = unique("reset");
-    let consumer = through_proxy.channel(&subscription(&topic, consumption, true)).await.unwrap();
+    let mut on_gcp = subscription(&topic, consumption, true);
+    on_gcp.call_deadline = call_deadline;
+    let consumer = through_proxy.channel(&on_gcp).await.unwrap();
     let sent = Message::new(&topic, MessageType::Command, "unsettled when the connection breaks");
     connection().producer(false).send(&sent).await.unwrap();
     let received = receive(&*consumer, sent.id(), Duration::from_secs(10)).await.expect("delivered");
@@ -164,6 +178,27 @@ async fn pull_a_connection_reset_before_the_acknowledge_is_reported_or_survived(
             eprintln!("the acknowledge failed Refused; came back {waited:?} later (ack deadline 10 s)");
         }
     }
+}
+
+/// Pull past a settlement's deadline: every byte held 1.5 s each way against a 2 s call deadline,
+/// so the Acknowledge reaches the emulator (at 1.5 s) but its answer would come at 3 s. It fails
+/// `Timeout` at the deadline, as the generated client alone would have waited for ever. A
+/// `Timeout` does not say the ack was lost: here it had reached the server, and the message is
+/// settled (not back after its 10 s ack deadline); had it not, the message would come back,
+/// counted. Red with a settlement that has no deadline: the acknowledge waits its 3 s answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pull_an_acknowledge_past_its_deadline_fails_as_a_timeout_and_the_ack_that_arrived_holds() {
+    let deadline = Duration::from_secs(2);
+    let (proxy, consumer, received) = received_through_a_proxy_within(Consumption::Pull, deadline).await;
+    proxy.delay(Duration::from_millis(1500));
+    let started = std::time::Instant::now();
+    let cut_off = consumer.acknowledge(&received).await.expect_err("an answer 3 s away, past a 2 s deadline");
+    let waited = started.elapsed();
+    assert_eq!(cut_off.kind(), Some(ErrorKind::Timeout), "past its deadline: {cut_off}");
+    assert!(waited < deadline + Duration::from_millis(900), "cut off at its deadline, not at the answer: {waited:?}");
+    proxy.delay(Duration::ZERO);
+    let lapsed = Duration::from_secs(15);
+    assert!(receive(&*consumer, received.id(), lapsed).await.is_none(), "the ack reached the server, yet redelivered");
 }
 
 /// Stream: the same reset. The subscriber opens its stream again on its own and sends the

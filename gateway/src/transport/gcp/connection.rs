@@ -148,6 +148,7 @@ impl GcpConnection {
                 common.clone(),
                 budget::CountingReport::of(subscription),
                 router,
+                subscription.call_deadline,
             )),
             Consumption::Stream => Arc::new(StreamChannel::start(
                 &self.runtime,

@@ -8,7 +8,9 @@
 //! subscription admin goes through the tonic client too: the official admin clients speak
 //! REST/JSON only, and Google's Go fake (pstest) serves gRPC only. Reject publishes a stamped
 //! copy to the dead-letter or invalid-message topic, then acks; if that publish fails the
-//! original is released instead (ADR 0078's constraint).
+//! original is released instead (ADR 0078's constraint). A pull channel's settlement that the
+//! server has not answered within the subscription's `call_deadline` (60 s) fails as a
+//! `Timeout`: the generated client has no deadline of its own.
 
 mod connection;
 mod producer;

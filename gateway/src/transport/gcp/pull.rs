@@ -1,5 +1,6 @@
 //! The pull consumer: unary Pull, ModifyAckDeadline and Acknowledge through the tonic client.
 
+use std::future::Future;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -52,6 +53,7 @@ pub struct PullChannel {
     router: GcpProducer,
     warnings: ReaderWarnings,
     counting: CountingReport,
+    call_deadline: Duration,
     /// The Pull a receive started and stopped waiting for, taken over by the next receive. A
     /// Pull is never cancelled by a receive's timeout: the server counts a delivery when it
     /// answers, and an answer the client drops leases the message to no one until its ack
@@ -69,6 +71,7 @@ impl PullChannel {
         subscription: Subscription,
         counting: CountingReport,
         router: GcpProducer,
+        call_deadline: Duration,
     ) -> PullChannel {
         PullChannel {
             runtime,
@@ -78,6 +81,7 @@ impl PullChannel {
             subscription,
             router,
             counting,
+            call_deadline,
             in_flight: tokio::sync::Mutex::new(None),
         }
     }
@@ -131,9 +135,19 @@ impl PullChannel {
             ack_ids,
             ack_deadline_seconds: seconds.min(MAX_ACK_DEADLINE_SECONDS) as i32,
         };
-        self.runtime
-            .call(async move { client.modify_ack_deadline(request).await })
-            .await
+        self.settle(operation, async move { client.modify_ack_deadline(request).await }).await
+    }
+
+    /// A settlement call within the call deadline. One cut off may still have reached the server
+    /// (measured on pstest: it had, and the ack held): the message is settled, or comes back
+    /// when its ack deadline lapses, counted.
+    async fn settle(
+        &self,
+        operation: &'static str,
+        call: impl Future<Output = Result<tonic::Response<()>, tonic::Status>> + Send + 'static,
+    ) -> Result<(), ChannelError> {
+        kit::within(&self.runtime, self.name(), operation, self.call_deadline, call)
+            .await?
             .map_err(|e| broker_error(self.name(), operation, e))?;
         Ok(())
     }
@@ -142,11 +156,7 @@ impl PullChannel {
         let ack_id = self.ack_id(message, operation)?;
         let mut client = self.client.clone();
         let request = pb::AcknowledgeRequest { subscription: self.path.clone(), ack_ids: vec![ack_id] };
-        self.runtime
-            .call(async move { client.acknowledge(request).await })
-            .await
-            .map_err(|e| broker_error(self.name(), operation, e))?;
-        Ok(())
+        self.settle(operation, async move { client.acknowledge(request).await }).await
     }
 
     fn ack_id(&self, message: &Message, operation: &'static str) -> Result<String, ChannelError> {
@@ -184,11 +194,7 @@ impl Channel for PullChannel {
         let mut client = self.client.clone();
         let request =
             pb::ModifyAckDeadlineRequest { subscription: self.path.clone(), ack_ids, ack_deadline_seconds: 0 };
-        self.runtime
-            .call(async move { client.modify_ack_deadline(request).await })
-            .await
-            .map_err(|e| broker_error(self.name(), "close", e))?;
-        Ok(())
+        self.settle("close", async move { client.modify_ack_deadline(request).await }).await
     }
 
     // A channel is named after the Pub/Sub subscription it reads.

@@ -31,6 +31,10 @@ pub struct GcpSubscription {
     /// dead-letter routing key.
     pub native_dead_letter_topic: Option<String>,
     pub ack_deadline: Duration,
+    /// Pull only: how long an Acknowledge or ModifyAckDeadline (a settlement) waits for its answer
+    /// before failing as a `Timeout`: the generated client has no deadline of its own, and a
+    /// server that stops answering must not hold a pump for ever. 60 s, as a Pull's.
+    pub call_deadline: Duration,
     /// Stream only: how long the subscriber keeps extending a held message's lease (the
     /// official client's default, 60 minutes, when `None`).
     pub max_lease: Option<Duration>,
@@ -45,6 +49,7 @@ impl GcpSubscription {
             dead_letter_policy: None,
             native_dead_letter_topic: None,
             ack_deadline: Duration::from_secs(10),
+            call_deadline: Duration::from_secs(60),
             max_lease: None,
         }
     }
