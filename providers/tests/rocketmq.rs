@@ -231,6 +231,34 @@ async fn a_connection_reset_before_the_acknowledge_reconnects_and_settles_once()
     broker.stop(Duration::from_secs(90)).unwrap_or_else(|e| panic!("{e}"));
 }
 
+/// Past the ack's deadline: every byte held 3 s each way against the client's 5 s deadline for
+/// an ack (`CALL_TIMEOUT_MILLIS`), so the ack reaches the broker at 3 s and its answer would come
+/// at 6 s. It fails `Timeout` at the deadline. A `Timeout` does not say the ack was lost: this
+/// one had arrived within the message's invisible time, and the message is settled, not back
+/// after it lapses; had it not, the message would come back, counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ack_past_its_deadline_fails_as_a_timeout_and_the_ack_that_arrived_holds() {
+    let BehindAProxy { proxy, broker, connection, _folder } = broker_behind_a_proxy("deadline-rocketmq").await;
+    let topic = unique("deadline");
+    let lease = Duration::from_secs(10);
+    let consumer = connection.channel(&group(&topic, lease)).await.expect("channel");
+    let sent = Message::new(&topic, MessageType::Command, "acknowledged too slowly");
+    connection.producer().send(&sent).await.unwrap();
+    let received = receive(&*consumer, sent.id(), Duration::from_secs(20)).await.expect("delivered");
+    proxy.delay(Duration::from_secs(3));
+    let started = Instant::now();
+    let cut_off = consumer.acknowledge(&received).await.expect_err("an answer 6 s away, past a 5 s deadline");
+    let waited = started.elapsed();
+    eprintln!("the ack failed after {waited:?}: {cut_off}");
+    assert_eq!(cut_off.kind(), Some(gateway::error::ErrorKind::Timeout), "past its deadline: {cut_off}");
+    assert!(waited < Duration::from_millis(5900), "cut off at its deadline, not at the answer: {waited:?}");
+    proxy.delay(Duration::ZERO);
+    let back = receive(&*consumer, sent.id(), lease + Duration::from_secs(5)).await;
+    assert!(back.is_none(), "the ack reached the broker in time, yet the message came back");
+    consumer.close().await.unwrap();
+    broker.stop(Duration::from_secs(90)).unwrap_or_else(|e| panic!("{e}"));
+}
+
 /// Under latency: every byte between the gateway and the broker held 400 ms (through the proxy at
 /// the address the broker registers), a round trip longer than each receive waits. See
 /// `a_slow_broker_loses_nothing`. Not more: see the next test.
