@@ -255,6 +255,42 @@ async fn a_connection_reset_before_the_acknowledge_reconnects_and_settles_once()
     node.stop(Duration::from_secs(60)).unwrap_or_else(|e| panic!("{e}"));
 }
 
+/// Past a commit's deadline: every byte held 1.5 s each way against a 2 s call deadline
+/// (`KafkaSubscription::call_deadline`, 10 s by default; librdkafka's synchronous commit alone
+/// waits out its 60 s socket timeout), so the commit reaches the node at 1.5 s and its answer
+/// would come at 3 s. The acknowledge fails `Timeout` at the deadline. A `Timeout` does not say
+/// the commit was lost: this one landed, and a recreated consumer of the group does not get the
+/// record. The session is 30 s, as a slow link needs (see the next test). Red without the
+/// deadline: the acknowledge waits its 3 s answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_past_its_deadline_fails_as_a_timeout_and_the_commit_that_arrived_holds() {
+    let BehindAProxy { proxy, node, connection, _folder } = node_behind_a_proxy("deadline-kafka").await;
+    let topic = unique("deadline");
+    let mut on_kafka = group(&topic, Duration::from_secs(30));
+    on_kafka.call_deadline = Duration::from_secs(2);
+    let consumer = connection.channel(&on_kafka).await.expect("channel");
+    let sent = Message::new(&topic, MessageType::Command, "committed too slowly");
+    connection.producer().send(&sent).await.unwrap();
+    let received = receive(&*consumer, sent.id(), Duration::from_secs(20)).await.expect("delivered");
+    proxy.delay(Duration::from_millis(1500));
+    let started = Instant::now();
+    let cut_off = consumer.acknowledge(&received).await.expect_err("an answer 3 s away, past a 2 s deadline");
+    let waited = started.elapsed();
+    eprintln!("the acknowledge failed after {waited:?}: {cut_off}");
+    assert_eq!(cut_off.kind(), Some(ErrorKind::Timeout), "past its deadline: {cut_off}");
+    assert!(waited < Duration::from_millis(2900), "cut off at its deadline, not at the answer: {waited:?}");
+    // Long enough for the commit cut off at 2 s to land (its answer comes at 3 s).
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    proxy.delay(Duration::ZERO);
+    consumer.close().await.unwrap();
+    drop(consumer);
+    let recreated = connection.channel(&on_kafka).await.expect("channel");
+    let back = receive(&*recreated, sent.id(), Duration::from_secs(15)).await;
+    assert!(back.is_none(), "the commit reached the node in time, yet the record was read again");
+    recreated.close().await.unwrap();
+    node.stop(Duration::from_secs(60)).unwrap_or_else(|e| panic!("{e}"));
+}
+
 /// Under latency: every byte between the gateway and the node held 1.5 s (through the proxy the
 /// node advertises), longer than each receive waits. See `a_slow_broker_loses_nothing`. The
 /// group's session is 30 s here: joining takes about ten round trips (31 s measured), and with

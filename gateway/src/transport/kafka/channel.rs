@@ -55,6 +55,7 @@ pub struct KafkaChannel {
     subscription: Subscription,
     router: KafkaProducer,
     warnings: ReaderWarnings,
+    call_deadline: Duration,
     /// The records handed out, released and settled, by partition: Kafka itself cannot tell a
     /// second settlement from a first, and its commit settles every earlier record too.
     offsets: Mutex<Offsets>,
@@ -66,9 +67,10 @@ impl KafkaChannel {
         consumer: Arc<StreamConsumer>,
         subscription: Subscription,
         router: KafkaProducer,
+        call_deadline: Duration,
     ) -> KafkaChannel {
         let warnings = ReaderWarnings::new(&subscription.name);
-        KafkaChannel { runtime, consumer, subscription, router, warnings, offsets: Mutex::default() }
+        KafkaChannel { runtime, consumer, subscription, router, warnings, call_deadline, offsets: Mutex::default() }
     }
 
     fn offsets(&self) -> std::sync::MutexGuard<'_, Offsets> {
@@ -117,14 +119,16 @@ impl KafkaChannel {
             .add_partition_offset(&self.subscription.routing_key, partition, Offset::Offset(settled_to))
             .map_err(|e| broker_error(self.name(), operation, e))?;
         let consumer = self.consumer.clone();
-        // A synchronous commit blocks its thread: off the runtime's workers.
-        self.runtime
-            .call(async move {
-                tokio::task::spawn_blocking(move || consumer.commit(&offsets, CommitMode::Sync))
-                    .await
-                    .expect("a commit panicked")
-            })
-            .await
+        // A synchronous commit blocks its thread: off the runtime's workers. One cut off at the
+        // deadline goes on, and lands or not: the record stays settled here, as its handler is
+        // done with it (a later commit covers it).
+        let committing = async move {
+            tokio::task::spawn_blocking(move || consumer.commit(&offsets, CommitMode::Sync))
+                .await
+                .expect("a commit panicked")
+        };
+        kit::within(&self.runtime, self.name(), operation, self.call_deadline, committing)
+            .await?
             .map_err(|e| broker_error(self.name(), operation, e))
     }
 

@@ -162,6 +162,12 @@ impl KafkaConnection {
             .create()
             .map_err(|e| broker_error(&common.name, "create consumer", e))?;
         consumer.subscribe(&[&common.routing_key]).map_err(|e| broker_error(&common.name, "subscribe", e))?;
-        Ok(Arc::new(KafkaChannel::new(self.runtime.clone(), Arc::new(consumer), common.clone(), self.producer())))
+        Ok(Arc::new(KafkaChannel::new(
+            self.runtime.clone(),
+            Arc::new(consumer),
+            common.clone(),
+            self.producer(),
+            subscription.call_deadline,
+        )))
     }
 }

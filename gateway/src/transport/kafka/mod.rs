@@ -11,6 +11,9 @@
 //! commits. The header travels as record headers in the layout `transport::attributes` shares
 //! with SQS, Pub/Sub and RocketMQ: header fields own their header names and the bag is one JSON
 //! header, so a bag entry can never stand in for a header field on a forwarded message.
+//! A settlement's commit the node has not answered within the subscription's `call_deadline`
+//! (10 s) fails as a `Timeout`: librdkafka's synchronous commit would wait out its 60 s socket
+//! timeout.
 
 mod channel;
 mod connection;

@@ -13,10 +13,13 @@ pub struct KafkaSubscription {
     /// The group session timeout: how long the coordinator waits for a silent member before it
     /// moves the member's partitions to another (and its uncommitted records with them).
     pub session_timeout: Duration,
+    /// How long a settlement's commit waits for the node before failing as a `Timeout`:
+    /// librdkafka's synchronous commit would wait out its socket timeout (60 s). 10 s.
+    pub call_deadline: Duration,
 }
 
 impl KafkaSubscription {
     pub fn new(subscription: Subscription) -> KafkaSubscription {
-        KafkaSubscription { subscription, session_timeout: Duration::from_secs(45) }
+        KafkaSubscription { subscription, session_timeout: Duration::from_secs(45), call_deadline: super::CALL_TIMEOUT }
     }
 }
