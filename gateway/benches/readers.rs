@@ -311,6 +311,30 @@ mod kafka {
     }
 }
 
+#[cfg(feature = "nats")]
+mod nats {
+    use super::*;
+    use gateway::transport::nats::{read_stream_message, to_headers};
+
+    pub fn measure(message: &Message, warnings: &wire::ReaderWarnings) {
+        let delivered = gateway::transport::nats::native::Message {
+            subject: "orders".into(),
+            reply: Some("$JS.ACK.orders.orders-group.1.7.7.1700000000000000000.0".into()),
+            payload: message.body.bytes.clone().into(),
+            headers: Some(to_headers(message)),
+            status: None,
+            description: None,
+            length: 0,
+        };
+        report(
+            "nats jetstream (stream message)",
+            bytes_per_message(|| {
+                drop(black_box(read_stream_message(black_box(&delivered), Some(1), warnings).unwrap()))
+            }),
+        );
+    }
+}
+
 fn main() {
     // `cargo bench` passes harness flags such as --bench; there is nothing to choose here.
     let message = adr_shaped_message();
@@ -332,4 +356,6 @@ fn main() {
     rabbitmq::measure(&message, &warnings);
     #[cfg(feature = "kafka")]
     kafka::measure(&message, &warnings);
+    #[cfg(feature = "nats")]
+    nats::measure(&message, &warnings);
 }

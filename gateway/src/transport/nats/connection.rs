@@ -1,0 +1,155 @@
+//! The connection to a NATS server with JetStream: the client, stream and durable consumer
+//! creation, and channel creation per make-channels.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_nats::jetstream::consumer::{pull, AckPolicy, DeliverPolicy, PullConsumer};
+use async_nats::jetstream::{self, stream, Context};
+use async_nats::{Client, ConnectOptions};
+
+use super::channel::NatsChannel;
+use super::producer::NatsProducer;
+use super::subscription::NatsSubscription;
+use super::{broker_error, name_for};
+use crate::budget;
+use crate::channel::Channel;
+use crate::error::{BoxError, ChannelError};
+use crate::runtime::GatewayRuntime;
+use crate::subscription::MakeChannels;
+
+const CONNECTION_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a request (a settlement, a JetStream API call) waits for its answer: the client's
+/// request timeout, so a server that stops answering fails the call as a `Timeout`.
+const CALL_DEADLINE: Duration = Duration::from_secs(10);
+
+/// A NATS server and this process's connection to it.
+#[derive(Clone)]
+pub struct NatsConnection {
+    url: String,
+    client: Client,
+    jetstream: Context,
+    runtime: GatewayRuntime,
+}
+
+impl std::fmt::Debug for NatsConnection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NatsConnection").field("url", &self.url).finish()
+    }
+}
+
+impl NatsConnection {
+    /// Connects to the server at `url` (`nats://host:port`) on the shared gateway runtime.
+    pub async fn connect(url: &str) -> Result<NatsConnection, ChannelError> {
+        NatsConnection::connect_on(url, GatewayRuntime::shared()).await
+    }
+
+    /// As `connect`, with this connection's calls on `runtime` (the client's connection task runs
+    /// on the runtime current when it connects: the gateway's, never a caller's).
+    pub async fn connect_on(url: &str, runtime: GatewayRuntime) -> Result<NatsConnection, ChannelError> {
+        let address = url.to_owned();
+        let client = runtime
+            .call(async move {
+                ConnectOptions::new()
+                    .connection_timeout(CONNECTION_TIMEOUT)
+                    .request_timeout(Some(CALL_DEADLINE))
+                    .connect(address)
+                    .await
+            })
+            .await
+            .map_err(|e| broker_error(url, "connect", e))?;
+        let jetstream = jetstream::new(client.clone());
+        Ok(NatsConnection { url: url.to_owned(), client, jetstream, runtime })
+    }
+
+    pub fn producer(&self) -> NatsProducer {
+        NatsProducer::new(self.jetstream.clone(), self.runtime.clone())
+    }
+
+    /// The client, for raw calls (the bespoke broker tests).
+    pub fn native(&self) -> Client {
+        self.client.clone()
+    }
+
+    /// The stream of `subject` (named after it), created with the server's defaults (file
+    /// storage, limits retention) where missing; an existing one is kept as it is.
+    pub async fn create_stream(&self, subject: &str) -> Result<(), ChannelError> {
+        let jetstream = self.jetstream.clone();
+        let config =
+            stream::Config { name: name_for(subject), subjects: vec![subject.to_owned()], ..Default::default() };
+        self.runtime
+            .call(async move { jetstream.get_or_create_stream(config).await.map(drop) })
+            .await
+            .map_err(|e| broker_error(subject, "create stream", e))
+    }
+
+    /// The durable pull consumer of `subscription`, created (or updated to this configuration):
+    /// explicit acks, `ack_wait` the lease, `max_deliver` the native limit, from the stream's
+    /// first message.
+    async fn create_consumer(&self, subscription: &NatsSubscription) -> Result<PullConsumer, ChannelError> {
+        let common = &subscription.subscription;
+        let config = pull::Config {
+            durable_name: Some(name_for(&common.name)),
+            filter_subject: common.routing_key.clone(),
+            ack_policy: AckPolicy::Explicit,
+            deliver_policy: DeliverPolicy::All,
+            ack_wait: subscription.lease,
+            max_deliver: subscription.max_deliver.map_or(-1, i64::from),
+            ..Default::default()
+        };
+        let (jetstream, stream) = (self.jetstream.clone(), name_for(&common.routing_key));
+        self.runtime
+            .call(async move {
+                let stream = jetstream.get_stream(stream).await?;
+                stream.create_consumer(config).await.map_err(BoxError::from)
+            })
+            .await
+            .map_err(|e| broker_error(&common.name, "create consumer", e))
+    }
+
+    /// The existing durable consumer of `subscription`; `None` where it (or its stream) is missing.
+    async fn existing_consumer(&self, subscription: &NatsSubscription) -> Result<Option<PullConsumer>, ChannelError> {
+        let common = &subscription.subscription;
+        let (jetstream, stream, name) = (self.jetstream.clone(), name_for(&common.routing_key), name_for(&common.name));
+        let found = self
+            .runtime
+            .call(async move {
+                let stream = jetstream.get_stream(stream).await?;
+                stream.get_consumer::<pull::Config>(&name).await
+            })
+            .await;
+        match found {
+            Ok(consumer) => Ok(Some(consumer)),
+            Err(error) if error.to_string().to_lowercase().contains("not found") => Ok(None),
+            Err(error) => Err(broker_error(&common.name, "find consumer", error)),
+        }
+    }
+
+    /// The channel of `subscription`: under `MakeChannels::Create` the streams of its subject and
+    /// of its rejection subjects, and its consumer, are created first; otherwise the consumer
+    /// must exist (`Validate` says so as `Missing`).
+    pub async fn channel(&self, subscription: &NatsSubscription) -> Result<Arc<dyn Channel>, ChannelError> {
+        let common = &subscription.subscription;
+        let consumer = match common.make_channels {
+            MakeChannels::Create => {
+                let destinations = [&common.dead_letter_routing_key, &common.invalid_message_routing_key];
+                for subject in std::iter::once(&common.routing_key).chain(destinations.into_iter().flatten()) {
+                    self.create_stream(subject).await?;
+                }
+                self.create_consumer(subscription).await?
+            }
+            MakeChannels::Validate | MakeChannels::Assume => self
+                .existing_consumer(subscription)
+                .await?
+                .ok_or_else(|| ChannelError::Missing { channel: common.name.clone() })?,
+        };
+        budget::warn_if_unenforceable(common, subscription);
+        Ok(Arc::new(NatsChannel::new(
+            self.runtime.clone(),
+            self.client.clone(),
+            consumer,
+            subscription,
+            self.producer(),
+        )))
+    }
+}
