@@ -9,6 +9,7 @@ pub mod blocking;
 pub mod budget;
 pub mod channel;
 pub mod delivery_count;
+pub mod endpoint;
 pub mod error;
 pub mod message;
 pub mod pump;

@@ -126,7 +126,8 @@ pub fn release_elsewhere(test: &str, unique: &str, id: &str, releases: u32, arri
             let all = format!("{stdout}{}", String::from_utf8_lossy(&output.stderr));
             let shown: Vec<String> = all.lines().map(|line| format!("    | {line}")).collect();
             panic!(
-                "the peer process ({variable}={endpoint}) did not release {id} {releases} times ({}):\n{}",
+                "the peer process ({variable}={}) did not release {id} {releases} times ({}):\n{}",
+                gateway::endpoint::without_credentials(&endpoint),
                 output.status,
                 shown.join("\n")
             )

@@ -283,7 +283,8 @@ pub fn require_answer<T: Send + 'static, E: std::fmt::Display>(
     .join()
     .unwrap_or_else(|_| Err("the probe panicked".to_owned()));
     let answered = answer.unwrap_or_else(|cause| {
-        let error = SourceError::Unreachable { from: running.source(), endpoint: endpoint.to_owned(), cause };
+        let endpoint = gateway::endpoint::without_credentials(endpoint);
+        let error = SourceError::Unreachable { from: running.source(), endpoint, cause };
         fatal(transport, &error)
     });
     crate::peer::record_endpoint(transport, endpoint);
