@@ -9,7 +9,7 @@ use std::sync::OnceLock;
 use serde::Deserialize;
 
 /// Each broker's facts, as `(folder under providers/brokers, the file's text)`.
-const SOURCES: [(&str, &str); 8] = [
+const SOURCES: [(&str, &str); 9] = [
     ("sqs", include_str!("../../providers/brokers/sqs/broker.toml")),
     ("gcp", include_str!("../../providers/brokers/gcp/broker.toml")),
     ("rocketmq", include_str!("../../providers/brokers/rocketmq/broker.toml")),
@@ -18,6 +18,7 @@ const SOURCES: [(&str, &str); 8] = [
     ("redis", include_str!("../../providers/brokers/redis/broker.toml")),
     ("rabbitmq", include_str!("../../providers/brokers/rabbitmq/broker.toml")),
     ("kafka", include_str!("../../providers/brokers/kafka/broker.toml")),
+    ("nats", include_str!("../../providers/brokers/nats/broker.toml")),
 ];
 
 /// One transport's broker.
@@ -73,6 +74,9 @@ pub enum Install {
     Debian { package: String, binary: String, system_user: Option<String> },
     /// The jars `source`/pom.xml pins and the launcher class compiled against them, into `into`.
     Maven { name: String, source: String, into: String, launcher: String },
+    /// `module`'s command at `version`, built static by `go install` from the Go module proxy
+    /// into `into` (the recipe is the pin).
+    Go { module: String, version: String, into: String },
 }
 
 /// The broker's container image and the stand-in `cargo xtask brokers images` builds for it.

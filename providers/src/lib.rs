@@ -21,6 +21,8 @@ pub mod local;
 pub mod memory;
 #[cfg(feature = "mqtt")]
 pub mod mqtt;
+#[cfg(feature = "nats")]
+pub mod nats;
 pub mod peer;
 #[cfg(feature = "postgres")]
 pub mod postgres;
@@ -48,6 +50,8 @@ pub use kafka::kafka;
 pub use memory::memory;
 #[cfg(feature = "mqtt")]
 pub use mqtt::mqtt;
+#[cfg(feature = "nats")]
+pub use nats::nats_jetstream;
 #[cfg(feature = "postgres")]
 pub use postgres::postgres;
 #[cfg(feature = "rabbitmq")]

@@ -101,6 +101,7 @@ pub fn install(transport: &str) -> Result<()> {
             system_user.as_deref().map_or(Ok(()), ensure_system_user)
         }
         Install::Maven { name, source, into, launcher } => install_java_launcher(name, source, into, launcher),
+        Install::Go { module, version, into } => install_go_command(module, version, into),
     }
 }
 
@@ -196,6 +197,25 @@ fn install_pstest() -> Result<()> {
         Command::new("go").current_dir(&source).env("CGO_ENABLED", "0").args(["build", "-o"]).arg(&binary).arg("."),
         "go build the pstest launcher",
     )
+}
+
+/// `module`@`version`'s command, built static (CGO_ENABLED=0, so the stand-in image can run it
+/// FROM scratch) by `go install` into `into`; a marker there names what was built, so a changed
+/// version builds again and an unchanged one is not rebuilt.
+fn install_go_command(module: &str, version: &str, into: &str) -> Result<()> {
+    let into = root().join(into);
+    let marker = into.join(".installed");
+    let wanted = format!("{module}@{version}");
+    if std::fs::read_to_string(&marker).is_ok_and(|built| built.trim() == wanted) {
+        return Ok(());
+    }
+    eprintln!("brokers: building {wanted} into {} (go install; about 1 minute)", into.display());
+    std::fs::create_dir_all(&into).with_context(|| format!("cannot create {}", into.display()))?;
+    run_quietly(
+        Command::new("go").env("CGO_ENABLED", "0").env("GOBIN", &into).args(["install", &wanted]),
+        &format!("go install {wanted}"),
+    )?;
+    std::fs::write(&marker, &wanted).with_context(|| format!("cannot write {}", marker.display()))
 }
 
 /// Whether `built` exists and is newer than every one of `sources`.

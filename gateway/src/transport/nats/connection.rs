@@ -9,11 +9,12 @@ use async_nats::jetstream::{self, stream, Context};
 use async_nats::{Client, ConnectOptions};
 
 use super::channel::NatsChannel;
-use super::producer::NatsProducer;
+use super::producer::{schedule_subject, NatsProducer};
 use super::subscription::NatsSubscription;
 use super::{broker_error, name_for};
 use crate::budget;
 use crate::channel::Channel;
+use crate::endpoint::without_credentials;
 use crate::error::{BoxError, ChannelError};
 use crate::runtime::GatewayRuntime;
 use crate::subscription::MakeChannels;
@@ -34,7 +35,7 @@ pub struct NatsConnection {
 
 impl std::fmt::Debug for NatsConnection {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("NatsConnection").field("url", &self.url).finish()
+        f.debug_struct("NatsConnection").field("url", &without_credentials(&self.url)).finish()
     }
 }
 
@@ -57,7 +58,7 @@ impl NatsConnection {
                     .await
             })
             .await
-            .map_err(|e| broker_error(url, "connect", e))?;
+            .map_err(|e| broker_error(&without_credentials(url), "connect", e))?;
         let jetstream = jetstream::new(client.clone());
         Ok(NatsConnection { url: url.to_owned(), client, jetstream, runtime })
     }
@@ -72,11 +73,17 @@ impl NatsConnection {
     }
 
     /// The stream of `subject` (named after it), created with the server's defaults (file
-    /// storage, limits retention) where missing; an existing one is kept as it is.
+    /// storage, limits retention) where missing, holding the subject and its delayed messages
+    /// (message schedules allowed: see `NatsProducer::send_with_delay`); an existing one is kept
+    /// as it is.
     pub async fn create_stream(&self, subject: &str) -> Result<(), ChannelError> {
         let jetstream = self.jetstream.clone();
-        let config =
-            stream::Config { name: name_for(subject), subjects: vec![subject.to_owned()], ..Default::default() };
+        let config = stream::Config {
+            name: name_for(subject),
+            subjects: vec![subject.to_owned(), schedule_subject(subject, "*")],
+            allow_message_schedules: true,
+            ..Default::default()
+        };
         self.runtime
             .call(async move { jetstream.get_or_create_stream(config).await.map(drop) })
             .await

@@ -1,7 +1,7 @@
 //! Publishing: a message as one JetStream message on its header topic's subject, stored once the
 //! stream acknowledges it.
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_nats::jetstream::Context;
 use async_trait::async_trait;
@@ -9,10 +9,28 @@ use async_trait::async_trait;
 use super::broker_error;
 use super::message::to_headers;
 use crate::channel::Producer;
-use crate::error::ChannelError;
+use crate::error::{BoxError, ChannelError};
 use crate::message::Message;
 use crate::runtime::GatewayRuntime;
-use crate::transport::kit;
+
+/// The headers of a message schedule (ADR-51).
+const SCHEDULE: &str = "Nats-Schedule";
+const SCHEDULE_TARGET: &str = "Nats-Schedule-Target";
+
+/// The subject a delayed message waits on, `token` its last token (the message's id as a name,
+/// or `*` for the stream's subjects): one per message (a schedule rolls its subject up), in the
+/// topic's stream, never delivered to the topic's consumers (they filter on the topic).
+pub(super) fn schedule_subject(topic: &str, token: &str) -> String {
+    format!("{topic}.schedule.{token}")
+}
+
+/// `instant` in RFC 3339, rounded up to the whole second (the schedule's precision).
+fn schedule_instant(instant: SystemTime) -> Result<String, BoxError> {
+    let since_epoch = instant.duration_since(UNIX_EPOCH)?;
+    let seconds = since_epoch.as_secs() + u64::from(since_epoch.subsec_nanos() > 0);
+    let at = time::OffsetDateTime::from_unix_timestamp(i64::try_from(seconds)?)?;
+    Ok(at.format(&time::format_description::well_known::Rfc3339)?)
+}
 
 /// Publishes to the subject in each message's header topic (or to a given subject, for rejection
 /// copies), waiting for the stream's acknowledgement: a message no stream stored is an error.
@@ -33,7 +51,7 @@ impl NatsProducer {
         self.runtime
             .call(async move {
                 let stored = jetstream.publish_with_headers(subject_owned, headers, payload.into()).await?;
-                stored.await.map(drop).map_err(crate::error::BoxError::from)
+                stored.await.map(drop).map_err(BoxError::from)
             })
             .await
             .map_err(|e| broker_error(subject, "send", e))
@@ -46,13 +64,27 @@ impl Producer for NatsProducer {
         self.publish_to(&message.header.topic, message).await
     }
 
-    /// Refused unless `delay` is zero: a stored message is deliverable at once.
+    /// A message schedule (nats-server 2.12 and later, ADR-51): the message goes to
+    /// `<topic>.schedule.<id>` with `Nats-Schedule: @at <instant>` and `Nats-Schedule-Target:
+    /// <topic>`, and the server publishes it to the topic at that instant (rounded up to the
+    /// whole second the header carries: never sooner than `delay`).
     async fn send_with_delay(&self, message: &Message, delay: Duration) -> Result<(), ChannelError> {
-        kit::refuse_delay(
-            message,
-            delay,
-            "the gateway does not schedule JetStream messages: a stored message is deliverable at once",
-        )?;
-        self.send(message).await
+        if delay.is_zero() {
+            return self.send(message).await;
+        }
+        let topic = &message.header.topic;
+        let at = schedule_instant(SystemTime::now() + delay).map_err(|e| broker_error(topic, "send with delay", e))?;
+        let mut headers = to_headers(message);
+        headers.insert(SCHEDULE, format!("@at {at}").as_str());
+        headers.insert(SCHEDULE_TARGET, topic.as_str());
+        let subject = schedule_subject(topic, &super::name_for(message.id()));
+        let (jetstream, payload) = (self.jetstream.clone(), message.body.bytes.clone());
+        self.runtime
+            .call(async move {
+                let stored = jetstream.publish_with_headers(subject, headers, payload.into()).await?;
+                stored.await.map(drop).map_err(BoxError::from)
+            })
+            .await
+            .map_err(|e| broker_error(topic, "send with delay", e))
     }
 }
