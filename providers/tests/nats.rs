@@ -1,0 +1,127 @@
+//! Bespoke NATS JetStream tests outside the templates: the measurement of a durable pull
+//! consumer's `num_delivered` (the counter kind in the manifest rests on it) across a nak, a nak
+//! with a delay, a lapsed `ack_wait` and a recreated consumer; a server restarted between two
+//! deliveries of a message under a budget (the count continues; issue #31); and a connection
+//! reset between a receive and its acknowledge.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use gateway::transport::nats::{NatsConnection, NatsSubscription};
+use gateway::{Channel, Message, MessageType, Producer, Subscription};
+
+mod support;
+use support::proxy::proxied;
+use support::{
+    acknowledge_after_the_reset, receive, send_and_defer_twice, settled_once_or_back, third_delivery_spends_the_budget,
+    under_a_budget_of_three, unique, KeptFolder,
+};
+
+fn connection() -> &'static NatsConnection {
+    providers::nats::connection()
+}
+
+async fn channel_on(connection: &NatsConnection, subscription: &Subscription, lease: Duration) -> Arc<dyn Channel> {
+    let mut on_nats = NatsSubscription::new(subscription.clone());
+    on_nats.lease = lease;
+    connection.channel(&on_nats).await.expect("channel")
+}
+
+/// One message through every way JetStream delivers again, on a consumer with a 2 s `ack_wait`:
+/// a first fetch, a nak, a nak with a 1 s delay (not back sooner), a lapsed `ack_wait`, and a
+/// consumer recreated under the same durable name after another lapse. Measured on nats-server
+/// v2.15.3: `num_delivered` 1, 2, 3, 4, 5, presented 0, 1, 2, 3, 4: every delivery adds exactly
+/// one, and the count is the server's (a new channel, a new client connection, continues it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn num_delivered_counts_every_delivery_across_nak_delay_lapse_and_a_recreated_consumer() {
+    let subject = unique("counted");
+    let subscription = Subscription::new(format!("{subject}-group"), &subject);
+    let lease = Duration::from_secs(2);
+    let consumer = channel_on(connection(), &subscription, lease).await;
+    let mut sent = Message::new(&subject, MessageType::Command, "counted by the server");
+    sent.header.handled_count = 7;
+    connection().producer().send(&sent).await.unwrap();
+    let mut presented = Vec::new();
+
+    let first = receive(&*consumer, sent.id(), Duration::from_secs(10)).await.expect("delivered");
+    presented.push(first.header.handled_count);
+    consumer.nack(&first).await.unwrap();
+    let naked = receive(&*consumer, sent.id(), Duration::from_secs(5)).await.expect("back after a nak");
+    presented.push(naked.header.handled_count);
+    let delay = Duration::from_secs(1);
+    consumer.requeue(&naked, delay).await.unwrap();
+    let requeued_at = Instant::now();
+    let delayed = receive(&*consumer, sent.id(), Duration::from_secs(5)).await.expect("back after the delay");
+    assert!(requeued_at.elapsed() >= delay, "a nak with a delay came back sooner: {:?}", requeued_at.elapsed());
+    presented.push(delayed.header.handled_count);
+    let lapsed = receive(&*consumer, sent.id(), lease * 3).await.expect("back when its ack_wait lapsed");
+    presented.push(lapsed.header.handled_count);
+    consumer.close().await.unwrap();
+    drop(consumer);
+
+    let client = NatsConnection::connect(providers::nats::url()).await.expect("a new connection");
+    let recreated = channel_on(&client, &subscription, lease).await;
+    let last = receive(&*recreated, sent.id(), lease * 3).await.expect("delivered to the recreated consumer");
+    presented.push(last.header.handled_count);
+    assert_eq!(presented, [0, 1, 2, 3, 4], "num_delivered 1..5, whatever the header carried (7)");
+    recreated.acknowledge(&last).await.unwrap();
+    assert!(receive(&*recreated, sent.id(), lease * 2).await.is_none(), "acknowledged, yet delivered again");
+}
+
+/// The server is stopped (SIGTERM; its file store flushed) and started again on its store between
+/// the second and third deliveries of a message under a budget of 3. The consumer's delivery
+/// state is the server's and stored with the stream, so the count continues: the third delivery
+/// presents 2 and the pumps' rule rejects it to the dead-letter subject, one copy, nothing left
+/// pending. A count kept by the consumer starts again at 0 on the new connection. Measured on
+/// v2.15.3: the nak made just before the stop is not kept (the restored consumer holds the
+/// message as delivered), so the third delivery waits out its `ack_wait` (5 s here; it came 6.0 s
+/// after the restart), counted. The lease is short for that: with 20 s the test's 10 s wait ends first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_restart_between_deliveries_keeps_the_count_and_the_budget_fires_on_the_third() {
+    let folder = KeptFolder::new("restarted-nats");
+    let port = providers::local::free_loopback_port();
+    let url = providers::nats::url_at(port);
+    let start = || providers::nats::start_kept(&folder.0, port).unwrap_or_else(|e| panic!("{e}"));
+    let (subscription, reader) = under_a_budget_of_three(&unique("restart"));
+    let lease = Duration::from_secs(5);
+
+    let server = start();
+    let before = NatsConnection::connect(&url).await.expect("connect");
+    let consumer = channel_on(&before, &subscription, lease).await;
+    let dead_letters = channel_on(&before, &reader, lease).await;
+    let (id, presented) = send_and_defer_twice(&before.producer(), &*consumer, &subscription).await;
+    drop((consumer, dead_letters, before));
+    server.stop(Duration::from_secs(30)).unwrap_or_else(|e| panic!("{e}"));
+    let server = start();
+    let restarted = Instant::now();
+
+    let after = NatsConnection::connect(&url).await.expect("connect again");
+    let consumer = channel_on(&after, &subscription, lease).await;
+    let dead_letters = channel_on(&after, &reader, lease).await;
+    third_delivery_spends_the_budget(&*consumer, &*dead_letters, &subscription, &id, presented).await;
+    eprintln!("the third delivery came {:?} after the restart", restarted.elapsed());
+    server.stop(Duration::from_secs(30)).unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// Every connection between the gateway and the server is reset (a TCP RST, through a proxy)
+/// after a receive and before its acknowledge. The client connects again by itself; the
+/// acknowledge either goes through on the new connection (the message is settled: not back after
+/// its `ack_wait`) or fails `Refused`, and the message comes back presenting 1 (the server counted
+/// the delivery lost with its connection).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_reset_before_the_acknowledge_reconnects_and_settles_once() {
+    let (proxy, url) = proxied(providers::nats::url()).await;
+    let subject = unique("reset");
+    let subscription = Subscription::new(format!("{subject}-group"), &subject);
+    let lease = Duration::from_secs(3);
+    let through_proxy = NatsConnection::connect(&url).await.expect("connect through the proxy");
+    let consumer = channel_on(&through_proxy, &subscription, lease).await;
+    let sent = Message::new(&subject, MessageType::Command, "unsettled when the connection breaks");
+    connection().producer().send(&sent).await.unwrap();
+    let received = receive(&*consumer, sent.id(), Duration::from_secs(10)).await.expect("delivered");
+    assert_eq!(received.header.handled_count, 0, "a first delivery presents 0");
+    assert!(proxy.reset_all().await > 0, "the consumer's connection goes through the proxy");
+    let acknowledged = acknowledge_after_the_reset(&*consumer, &received).await;
+    let back = receive(&*consumer, sent.id(), lease + Duration::from_secs(5)).await;
+    settled_once_or_back(acknowledged, back, 1);
+}
