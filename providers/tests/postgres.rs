@@ -354,3 +354,36 @@ async fn a_call_past_its_deadline_fails_as_a_timeout_and_the_lease_brings_the_ro
     proxy.delay(Duration::ZERO);
     comes_back_counted(&*consumer, sent.id(), lease * 3, lease + Duration::from_secs(1)).await;
 }
+
+/// A send past its deadline: every byte held 1.5 s each way against a 2 s deadline
+/// (`PostgresProducer::with_call_deadline`, 30 s by default; tokio-postgres has none). A send is
+/// two round trips (the statement's preparation, then the insert): the preparation's answer would
+/// come at 3 s, so the send fails `Timeout` at 2 s before the insert is sent, and nothing is
+/// stored. The caller still holds the message: its retry, once the link is fast again, stores it
+/// once. Red without the deadline: the send waits out both round trips and succeeds at 6 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_send_past_its_deadline_fails_as_a_timeout_and_the_retry_stores_it_once() {
+    let (proxy, url) = proxied(providers::postgres::url()).await;
+    let queue = unique("send-deadline");
+    let through_proxy = PostgresConnection::connect(&url).await.expect("connect through the proxy");
+    let producer = through_proxy.producer().with_call_deadline(Duration::from_secs(2));
+    let subscription = PostgresSubscription::new(Subscription::new(format!("{queue}-sub"), &queue));
+    let consumer = connection().channel(&subscription).await.expect("channel");
+    let sent = Message::new(&queue, MessageType::Command, "sent too slowly");
+    proxy.delay(Duration::from_millis(1500));
+    let started = Instant::now();
+    let cut_off = producer.send(&sent).await.expect_err("an answer 3 s away, past a 2 s deadline");
+    let waited = started.elapsed();
+    assert_eq!(cut_off.kind(), Some(ErrorKind::Timeout), "past its deadline: {cut_off}");
+    assert!(waited < Duration::from_millis(2900), "cut off at its deadline, not at the answer: {waited:?}");
+    proxy.delay(Duration::ZERO);
+    assert!(
+        receive(&*consumer, sent.id(), Duration::from_secs(4)).await.is_none(),
+        "cut off before the insert, yet stored"
+    );
+    producer.send(&sent).await.expect("the retry goes through");
+    let stored = receive(&*consumer, sent.id(), Duration::from_secs(10)).await.expect("the retry stored it");
+    assert_eq!(stored.header.handled_count, 0);
+    consumer.acknowledge(&stored).await.unwrap();
+    assert!(receive(&*consumer, sent.id(), Duration::from_secs(2)).await.is_none(), "stored twice");
+}

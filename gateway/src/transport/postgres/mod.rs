@@ -18,7 +18,8 @@
 //! holds (the row was not released, received again or its lease lapsed).
 //! A channel's call that the server has not answered within the subscription's `call_deadline`
 //! (30 s) fails as a `Timeout`: tokio-postgres has no deadline of its own, and a server that
-//! stops answering must not hold a pump for ever.
+//! stops answering must not hold a pump for ever. A producer's send has the same deadline
+//! (`PostgresProducer::with_call_deadline`).
 //! The header travels as the string attributes `transport::attributes` shares with the other
 //! transports, in two parallel `text[]` columns; the body is `bytea`.
 
