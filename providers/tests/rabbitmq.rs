@@ -8,6 +8,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use gateway::error::ErrorKind;
 use gateway::rejection::{keys, Rejection};
 use gateway::transport::rabbitmq::lapin::options::{BasicGetOptions, BasicNackOptions, BasicRejectOptions};
 use gateway::transport::rabbitmq::lapin::{Connection, ConnectionProperties};
@@ -454,4 +455,32 @@ async fn a_get_past_its_deadline_fails_as_a_timeout_and_the_message_comes_back_c
     assert_refused(&*consumer, "after the timed-out get").await;
     let recovered = connection().channel(&subscription).await.unwrap();
     comes_back_counted(&*recovered, sent.id(), Duration::from_secs(10), Duration::from_secs(2)).await;
+}
+
+/// A publish past its confirm's deadline: every byte held 1.5 s each way against a 2 s deadline
+/// (`RabbitMqProducer::with_call_deadline`, 20 s by default; lapin waits for a confirm for ever).
+/// The message reaches the node at 1.5 s, and its confirm would come at 3 s: the send fails
+/// `Timeout` at 2 s. A `Timeout` does not say the message was lost: this one was stored, and it
+/// is delivered once (a caller that retried would have sent it twice: handlers are
+/// at-least-once). Red without the deadline: the send waits its 3 s confirm.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_publish_past_its_confirm_deadline_fails_as_a_timeout_and_the_message_is_stored_once() {
+    let (proxy, url) = proxied(providers::rabbitmq::url()).await;
+    let queue = unique("publish-deadline");
+    let subscription = RabbitMqSubscription::quorum(Subscription::new(format!("{queue}-sub"), &queue), None);
+    let consumer = connection().channel(&subscription).await.unwrap();
+    let through_proxy = RabbitMqConnection::connect(&url).await.expect("connect through the proxy");
+    let producer = through_proxy.producer().with_call_deadline(Duration::from_secs(2));
+    let sent = Message::new(&queue, MessageType::Command, "confirmed too late");
+    proxy.delay(Duration::from_millis(1500));
+    let started = Instant::now();
+    let cut_off = producer.send(&sent).await.expect_err("a confirm 3 s away, past a 2 s deadline");
+    let waited = started.elapsed();
+    assert_eq!(cut_off.kind(), Some(ErrorKind::Timeout), "past its deadline: {cut_off}");
+    assert!(waited < Duration::from_millis(2900), "cut off at its deadline, not at the confirm: {waited:?}");
+    proxy.delay(Duration::ZERO);
+    let stored = receive(&*consumer, sent.id(), Duration::from_secs(10)).await.expect("the publish reached the node");
+    assert_eq!(stored.header.handled_count, 0);
+    consumer.acknowledge(&stored).await.unwrap();
+    assert!(receive(&*consumer, sent.id(), Duration::from_secs(2)).await.is_none(), "stored twice");
 }

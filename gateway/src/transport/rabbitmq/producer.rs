@@ -37,17 +37,27 @@ pub(super) fn delay_queue_name(queue: &str, delay: Duration) -> String {
     format!("{queue}.delay.{}", delay.as_millis())
 }
 
-/// The publishing channel (in confirm mode) one connection's producers share, and the delay
-/// queues it has declared.
+/// How long a publish waits for the node's confirm: as a receive's `basic.get`
+/// (`RabbitMqSubscription::call_deadline`).
+const CONFIRM_DEADLINE: Duration = Duration::from_secs(20);
+
+/// The publishing channel (in confirm mode) one connection's producers share, the delay queues it
+/// has declared, and how long a publish waits for its confirm.
 pub(super) struct Publisher {
     pub channel: lapin::Channel,
     pub runtime: GatewayRuntime,
     delay_queues: Mutex<HashSet<String>>,
+    confirm_deadline: Duration,
 }
 
 impl Publisher {
     pub fn new(channel: lapin::Channel, runtime: GatewayRuntime) -> Publisher {
-        Publisher { channel, runtime, delay_queues: Mutex::new(HashSet::new()) }
+        Publisher { channel, runtime, delay_queues: Mutex::new(HashSet::new()), confirm_deadline: CONFIRM_DEADLINE }
+    }
+
+    /// A publisher on the same channel whose publishes wait `deadline` for their confirm.
+    fn within(&self, deadline: Duration) -> Publisher {
+        Publisher { confirm_deadline: deadline, ..Publisher::new(self.channel.clone(), self.runtime.clone()) }
     }
 
     /// Publishes `payload` with `headers` to `queue` (default exchange) and waits for the broker's
@@ -59,13 +69,14 @@ impl Publisher {
         properties: BasicProperties,
     ) -> Result<(), ChannelError> {
         let (channel, routing_key) = (self.channel.clone(), ShortString::from(queue));
-        let confirmation = self
-            .runtime
-            .call(async move {
-                let options = BasicPublishOptions::default();
-                channel.basic_publish(ShortString::from(""), routing_key, options, &payload, properties).await?.await
-            })
-            .await
+        let publishing = async move {
+            let options = BasicPublishOptions::default();
+            channel.basic_publish(ShortString::from(""), routing_key, options, &payload, properties).await?.await
+        };
+        // A confirm that does not come in time fails the publish as a `Timeout`; the message
+        // may still have been stored (a retry then stores it twice: handlers are at-least-once).
+        let confirmation = kit::within(&self.runtime, queue, "publish", self.confirm_deadline, publishing)
+            .await?
             .map_err(|e| broker_error(queue, "publish", e))?;
         if confirmation.is_nack() {
             return Err(kit::broker_error(
@@ -131,6 +142,12 @@ pub struct RabbitMqProducer {
 impl RabbitMqProducer {
     pub(super) fn new(publisher: Arc<Publisher>) -> RabbitMqProducer {
         RabbitMqProducer { publisher }
+    }
+
+    /// This producer with its publishes failing as a `Timeout` when the node's confirm has not
+    /// come within `deadline` (20 s by default): lapin waits for a confirm for ever.
+    pub fn with_call_deadline(self, deadline: Duration) -> RabbitMqProducer {
+        RabbitMqProducer { publisher: Arc::new(self.publisher.within(deadline)) }
     }
 
     pub async fn publish_to(&self, queue: &str, message: &Message, delay: Duration) -> Result<(), ChannelError> {
