@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use async_nats::jetstream::consumer::{pull, AckPolicy, DeliverPolicy, PullConsumer};
 use async_nats::jetstream::{self, stream, Context};
-use async_nats::{Client, ConnectOptions};
+use async_nats::{Client, ConnectOptions, ServerAddr};
 
 use super::channel::NatsChannel;
 use super::producer::{schedule_subject, NatsProducer};
@@ -23,6 +23,17 @@ const CONNECTION_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a request (a settlement, a JetStream API call) waits for its answer: the client's
 /// request timeout, so a server that stops answering fails the call as a `Timeout`.
 const CALL_DEADLINE: Duration = Duration::from_secs(10);
+
+/// `options` with the user and password, or the token, `address` carries
+/// (`nats://user:pass@host`, `nats://token@host`): async-nats reads credentials from its options
+/// only, not from a URL.
+fn with_credentials(options: ConnectOptions, address: &ServerAddr) -> ConnectOptions {
+    match (address.username(), address.password()) {
+        (Some(user), Some(password)) => options.user_and_password(user.to_owned(), password.to_owned()),
+        (Some(token), None) => options.token(token.to_owned()),
+        _ => options,
+    }
+}
 
 /// A NATS server and this process's connection to it.
 #[derive(Clone)]
@@ -48,17 +59,15 @@ impl NatsConnection {
     /// As `connect`, with this connection's calls on `runtime` (the client's connection task runs
     /// on the runtime current when it connects: the gateway's, never a caller's).
     pub async fn connect_on(url: &str, runtime: GatewayRuntime) -> Result<NatsConnection, ChannelError> {
-        let address = url.to_owned();
+        let shown = without_credentials(url);
+        let address: ServerAddr = url.parse().map_err(|e| broker_error(&shown, "connect", e))?;
+        let options = with_credentials(ConnectOptions::new(), &address)
+            .connection_timeout(CONNECTION_TIMEOUT)
+            .request_timeout(Some(CALL_DEADLINE));
         let client = runtime
-            .call(async move {
-                ConnectOptions::new()
-                    .connection_timeout(CONNECTION_TIMEOUT)
-                    .request_timeout(Some(CALL_DEADLINE))
-                    .connect(address)
-                    .await
-            })
+            .call(async move { options.connect(address).await })
             .await
-            .map_err(|e| broker_error(&without_credentials(url), "connect", e))?;
+            .map_err(|e| broker_error(&shown, "connect", e))?;
         let jetstream = jetstream::new(client.clone());
         Ok(NatsConnection { url: url.to_owned(), client, jetstream, runtime })
     }
