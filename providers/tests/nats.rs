@@ -7,6 +7,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use gateway::error::ErrorKind;
 use gateway::transport::nats::{NatsConnection, NatsSubscription};
 use gateway::{Channel, Message, MessageType, Producer, Subscription};
 
@@ -124,4 +125,34 @@ async fn a_connection_reset_before_the_acknowledge_reconnects_and_settles_once()
     let acknowledged = acknowledge_after_the_reset(&*consumer, &received).await;
     let back = receive(&*consumer, sent.id(), lease + Duration::from_secs(5)).await;
     settled_once_or_back(acknowledged, back, 1);
+}
+
+/// Past a settlement's deadline: every byte held 1.5 s each way against a 2 s call deadline
+/// (`NatsSubscription::call_deadline`, 10 s by default), so the ack reaches the server at 1.5 s
+/// and its answer would come at 3 s. It fails `Timeout` at the deadline. A `Timeout` does not say
+/// the ack was lost: this one had arrived, and the message is settled, not back after its
+/// `ack_wait`; had it not, the message would come back, counted. Red without the deadline: the
+/// acknowledge waits its 3 s answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ack_past_its_deadline_fails_as_a_timeout_and_the_ack_that_arrived_holds() {
+    let (proxy, url) = proxied(providers::nats::url()).await;
+    let subject = unique("deadline");
+    let lease = Duration::from_secs(4);
+    let mut on_nats = NatsSubscription::new(Subscription::new(format!("{subject}-group"), &subject));
+    on_nats.lease = lease;
+    on_nats.call_deadline = Duration::from_secs(2);
+    let through_proxy = NatsConnection::connect(&url).await.expect("connect through the proxy");
+    let consumer = through_proxy.channel(&on_nats).await.expect("channel");
+    let sent = Message::new(&subject, MessageType::Command, "acknowledged too slowly");
+    connection().producer().send(&sent).await.unwrap();
+    let received = receive(&*consumer, sent.id(), Duration::from_secs(10)).await.expect("delivered");
+    proxy.delay(Duration::from_millis(1500));
+    let started = Instant::now();
+    let cut_off = consumer.acknowledge(&received).await.expect_err("an answer 3 s away, past a 2 s deadline");
+    let waited = started.elapsed();
+    assert_eq!(cut_off.kind(), Some(ErrorKind::Timeout), "past its deadline: {cut_off}");
+    assert!(waited < Duration::from_millis(2900), "cut off at its deadline, not at the answer: {waited:?}");
+    proxy.delay(Duration::ZERO);
+    let back = receive(&*consumer, sent.id(), lease + Duration::from_secs(4)).await;
+    assert!(back.is_none(), "the ack reached the server in time, yet the message came back");
 }

@@ -27,7 +27,10 @@ pub(crate) fn broker_error(
 /// Runs `call` on the gateway's runtime, failing it on `channel` as a `Timeout` once `deadline`
 /// has passed, for clients with no deadline of their own. A call cut off may still have reached
 /// the broker: the caller says what then becomes of the message.
-#[cfg_attr(not(any(feature = "postgres", feature = "gcp", feature = "kafka", feature = "rabbitmq")), allow(dead_code))]
+#[cfg_attr(
+    not(any(feature = "postgres", feature = "gcp", feature = "kafka", feature = "rabbitmq", feature = "nats")),
+    allow(dead_code)
+)]
 pub(crate) async fn within<R: Send + 'static>(
     runtime: &GatewayRuntime,
     channel: &str,

@@ -39,6 +39,7 @@ pub struct NatsChannel {
     router: NatsProducer,
     warnings: ReaderWarnings,
     counting: CountingReport,
+    call_deadline: Duration,
 }
 
 impl NatsChannel {
@@ -51,7 +52,8 @@ impl NatsChannel {
     ) -> NatsChannel {
         let subscription = nats.subscription.clone();
         let warnings = ReaderWarnings::new(&subscription.name);
-        NatsChannel { runtime, client, consumer, counting: CountingReport::of(nats), subscription, router, warnings }
+        let (counting, call_deadline) = (CountingReport::of(nats), nats.call_deadline);
+        NatsChannel { runtime, client, consumer, counting, call_deadline, subscription, router, warnings }
     }
 
     /// One message, if the server has one within `wait`: a pull of one that expires then.
@@ -85,9 +87,9 @@ impl NatsChannel {
     async fn settle(&self, message: &Message, kind: AckKind, operation: &'static str) -> Result<(), ChannelError> {
         let receipt = message.receipt.clone().ok_or_else(|| kit::not_in_flight(self.name(), operation, message))?;
         let client = self.client.clone();
-        self.runtime
-            .call(async move { client.request(receipt, kind.into()).await.map(drop) })
-            .await
+        let requesting = async move { client.request(receipt, kind.into()).await.map(drop) };
+        kit::within(&self.runtime, self.name(), operation, self.call_deadline, requesting)
+            .await?
             .map_err(|e| broker_error(self.name(), operation, e))
     }
 }

@@ -15,7 +15,8 @@
 //! `-NAK` and a requeue `-NAK {"delay": ns}` (the server redelivers no sooner); reject publishes
 //! the stamped copy to the dead-letter or invalid-message subject, then acknowledges. Each
 //! settlement is a request the server answers, so a lost one is an error, never a silent
-//! success; the client's request timeout (10 s) is its deadline. A stream keeps messages by its
+//! success; one the server has not answered within the subscription's `call_deadline` (10 s)
+//! fails as a `Timeout`. A stream keeps messages by its
 //! limits (shared by every consumer on its subject): trimming is the operator's.
 
 mod channel;

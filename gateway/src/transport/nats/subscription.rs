@@ -18,11 +18,19 @@ pub struct NatsSubscription {
     /// The consumer's `max_deliver`: after this many deliveries the server stops delivering the
     /// message (it routes nothing). `None`: unlimited.
     pub max_deliver: Option<u32>,
+    /// How long a settlement (a request to the message's ack subject) waits for the server's
+    /// answer before failing as a `Timeout`. 10 s, as the client's request timeout.
+    pub call_deadline: Duration,
 }
 
 impl NatsSubscription {
     pub fn new(subscription: Subscription) -> NatsSubscription {
-        NatsSubscription { subscription, lease: Duration::from_secs(30), max_deliver: None }
+        NatsSubscription {
+            subscription,
+            lease: Duration::from_secs(30),
+            max_deliver: None,
+            call_deadline: Duration::from_secs(10),
+        }
     }
 }
 
