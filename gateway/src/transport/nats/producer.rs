@@ -9,9 +9,10 @@ use async_trait::async_trait;
 use super::broker_error;
 use super::message::to_headers;
 use crate::channel::Producer;
-use crate::error::{BoxError, ChannelError};
+use crate::error::{BoxError, ChannelError, ErrorKind};
 use crate::message::Message;
 use crate::runtime::GatewayRuntime;
+use crate::transport::kit;
 
 /// The headers of a message schedule (ADR-51).
 const SCHEDULE: &str = "Nats-Schedule";
@@ -22,6 +23,12 @@ const SCHEDULE_TARGET: &str = "Nats-Schedule-Target";
 /// topic's stream, never delivered to the topic's consumers (they filter on the topic).
 pub(super) fn schedule_subject(topic: &str, token: &str) -> String {
     format!("{topic}.schedule.{token}")
+}
+
+/// Whether a server of `version` (`2.12.0`, `v2.15.3`) schedules messages: 2.12 and later.
+fn schedules_messages(version: &str) -> bool {
+    let mut parts = version.trim_start_matches('v').split('.').map(|part| part.parse::<u32>().ok());
+    matches!((parts.next().flatten(), parts.next().flatten()), (Some(major), Some(minor)) if (major, minor) >= (2, 12))
 }
 
 /// `instant` in RFC 3339, rounded up to the whole second (the schedule's precision).
@@ -72,6 +79,13 @@ impl Producer for NatsProducer {
         if delay.is_zero() {
             return self.send(message).await;
         }
+        // Detected from the server, never assumed: an older one stores the message on its
+        // schedule subject and never publishes it (measured on v2.11.11), a silent loss.
+        let version = self.jetstream.client().server_info().version;
+        if !schedules_messages(&version) {
+            let why = format!("nats-server {version} does not schedule messages (2.12 and later do)");
+            return Err(kit::broker_error(&message.header.topic, "send with delay", ErrorKind::Unsupported, why));
+        }
         let topic = &message.header.topic;
         let at = schedule_instant(SystemTime::now() + delay).map_err(|e| broker_error(topic, "send with delay", e))?;
         let mut headers = to_headers(message);
@@ -86,5 +100,20 @@ impl Producer for NatsProducer {
             })
             .await
             .map_err(|e| broker_error(topic, "send with delay", e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::schedules_messages;
+
+    #[test]
+    fn servers_from_2_12_on_schedule_messages() {
+        for version in ["2.12.0", "v2.15.3", "2.13.1-RC.1", "3.0.0"] {
+            assert!(schedules_messages(version), "{version}");
+        }
+        for version in ["2.11.11", "v2.10.24", "1.4.1", "", "unknown"] {
+            assert!(!schedules_messages(version), "{version}");
+        }
     }
 }
