@@ -165,11 +165,26 @@ pub async fn comes_back_counted(consumer: &dyn Channel, id: &str, ceiling: Durat
 /// trip longer than the call deadline of `consumer`'s transport), a receive fails as a
 /// `Timeout`, never another kind. The delay stays set: the caller lifts it.
 pub async fn a_receive_past_its_deadline_times_out(proxy: &proxy::FaultProxy, consumer: &dyn Channel, delay: Duration) {
+    cut_off_at_its_deadline(proxy, delay, Duration::MAX, consumer.receive(Duration::from_millis(500))).await;
+}
+
+/// The same for any call: with every byte through `proxy` held `delay`, `call` fails as a
+/// `Timeout`, and within `before_the_answer` (it was cut off at its deadline, not failed when the
+/// late answer came). Returns how long it took. The delay stays set: the caller lifts it.
+pub async fn cut_off_at_its_deadline<T: std::fmt::Debug>(
+    proxy: &proxy::FaultProxy,
+    delay: Duration,
+    before_the_answer: Duration,
+    call: impl std::future::Future<Output = Result<T, ChannelError>>,
+) -> Duration {
     proxy.delay(delay);
     let started = std::time::Instant::now();
-    let cut_off = consumer.receive(Duration::from_millis(500)).await.expect_err("a receive past its deadline fails");
-    eprintln!("{cut_off} after {:?}", started.elapsed());
+    let cut_off = call.await.expect_err("a call past its deadline fails");
+    let waited = started.elapsed();
+    eprintln!("{cut_off} after {waited:?}");
     assert_eq!(cut_off.kind(), Some(ErrorKind::Timeout), "a call past its deadline is a timeout: {cut_off}");
+    assert!(waited < before_the_answer, "cut off at its deadline, not when the answer came: {waited:?}");
+    waited
 }
 
 /// The latency tests' body: `sent` (already sent) is waited for on `consumer`, whose connection
