@@ -4,6 +4,7 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_nats::jetstream::Context;
+use async_nats::HeaderMap;
 use async_trait::async_trait;
 
 use super::broker_error;
@@ -53,15 +54,27 @@ impl NatsProducer {
     }
 
     pub async fn publish_to(&self, subject: &str, message: &Message) -> Result<(), ChannelError> {
-        let (jetstream, subject_owned) = (self.jetstream.clone(), subject.to_owned());
-        let (headers, payload) = (to_headers(message), message.body.bytes.clone());
+        self.store(subject.to_owned(), to_headers(message), message, subject, "send").await
+    }
+
+    /// Publishes `message`'s body with `headers` to `subject` and waits for the stream's
+    /// acknowledgement; a failure is named after `channel` and `operation`.
+    async fn store(
+        &self,
+        subject: String,
+        headers: HeaderMap,
+        message: &Message,
+        channel: &str,
+        operation: &'static str,
+    ) -> Result<(), ChannelError> {
+        let (jetstream, payload) = (self.jetstream.clone(), message.body.bytes.clone());
         self.runtime
             .call(async move {
-                let stored = jetstream.publish_with_headers(subject_owned, headers, payload.into()).await?;
+                let stored = jetstream.publish_with_headers(subject, headers, payload.into()).await?;
                 stored.await.map(drop).map_err(BoxError::from)
             })
             .await
-            .map_err(|e| broker_error(subject, "send", e))
+            .map_err(|e| broker_error(channel, operation, e))
     }
 }
 
@@ -92,14 +105,7 @@ impl Producer for NatsProducer {
         headers.insert(SCHEDULE, format!("@at {at}").as_str());
         headers.insert(SCHEDULE_TARGET, topic.as_str());
         let subject = schedule_subject(topic, &super::name_for(message.id()));
-        let (jetstream, payload) = (self.jetstream.clone(), message.body.bytes.clone());
-        self.runtime
-            .call(async move {
-                let stored = jetstream.publish_with_headers(subject, headers, payload.into()).await?;
-                stored.await.map(drop).map_err(BoxError::from)
-            })
-            .await
-            .map_err(|e| broker_error(topic, "send with delay", e))
+        self.store(subject, headers, message, topic, "send with delay").await
     }
 }
 
