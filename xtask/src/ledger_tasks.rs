@@ -39,6 +39,14 @@ pub enum LedgerTask {
         #[arg(long)]
         fresh: bool,
     },
+    /// On which versions of each broker (and which other implementations) the gateway conforms,
+    /// cell by cell: the reference's ledger status beside every other version's verdict in
+    /// ledger/fidelity.tsv, and whether they agree
+    Versions {
+        /// Only this transport's broker (e.g. rabbitmq); default: every broker
+        #[arg(long)]
+        transport: Option<String>,
+    },
     /// List every recorded flake, newest first
     Flakes,
     /// List every recorded run of a cell, newest first
@@ -117,6 +125,12 @@ pub fn run(task: LedgerTask) -> Result<()> {
             } else {
                 bail!("ledger audit found {} problem(s):\n{}", report.problems.len(), report.problems.join("\n"))
             }
+        }
+        LedgerTask::Versions { transport } => {
+            let brokers = crate::versions::brokers(transport.as_deref())?;
+            let table = ledger::Fidelity::load(&root.join(generator::LEDGER_DIR).join(crate::fidelity::TABLE))?;
+            let ledger = Ledger::load(&path)?;
+            print!("{}", crate::versions::render(&brokers, &rows(&manifest), &behaviours, &ledger, &table));
         }
         LedgerTask::Flakes => {
             let runs = ledger::read_runs(&runs_path)?;

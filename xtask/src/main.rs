@@ -17,6 +17,7 @@ mod runner;
 mod selection;
 mod shard;
 mod test_names;
+mod versions;
 mod workflows;
 mod workspace_tests;
 
