@@ -28,6 +28,13 @@ pub struct Schemata {
 pub fn render(root: &Path, mutants: &[&Mutant], excluded: &BTreeMap<String, String>) -> Result<Schemata> {
     let mut schemata = Schemata { files: BTreeMap::new(), switched: BTreeMap::new(), separate: excluded.clone() };
     let mut arms: Vec<(String, String)> = Vec::new();
+    // The widest changes first: a narrower patch of the same text then finds it, once, in the
+    // wider switch's healthy arm and nests its own switch there (only one mutant is ever on).
+    // In the catalogue's order, a narrow switch (requeue-ignores-delay's `delay`) split the text
+    // a wider patch (requeue-republishes-a-stale-count's statement) looks for, and the wider
+    // mutant needed a build of its own.
+    let mut mutants = mutants.to_vec();
+    mutants.sort_by_key(|mutant| std::cmp::Reverse(widest_change(mutant)));
     for mutant in mutants {
         if excluded.contains_key(&mutant.id) {
             continue;
@@ -82,6 +89,16 @@ pub fn render(root: &Path, mutants: &[&Mutant], excluded: &BTreeMap<String, Stri
         }
     }
     Ok(schemata)
+}
+
+/// The longest stretch of text one of `mutant`'s patches changes (its find without what it
+/// shares with its replacement at either end).
+fn widest_change(mutant: &Mutant) -> usize {
+    let changed = |find: &str, replace: &str| {
+        let prefix = common_prefix(find, replace);
+        find.len() - prefix - common_suffix(&find[prefix..], &replace[prefix..])
+    };
+    mutant.patches.iter().map(|patch| changed(&patch.find, &patch.replace)).max().unwrap_or(0)
 }
 
 /// Whether the function the text ends in is a `const fn` (a switch reads the environment).
@@ -314,6 +331,7 @@ mod tests {
             }
         }
         assert!(schemata.switched.len() >= schemata.separate.len(), "{:?}", schemata.separate);
+        eprintln!("SEPARATE {} of {}: {:#?}", schemata.separate.len(), all.len(), schemata.separate);
     }
 
     #[test]
