@@ -426,6 +426,12 @@ mod tests {
         let items: Vec<u64> = (0..9).collect();
         let doubled = at_once(&items, 3, |item| {
             most.fetch_max(running.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
+            // The first three wait for each other, so "three together" does not depend on how
+            // the scheduler of a loaded machine happens to overlap the threads (CI saw two).
+            let waited_since = Instant::now();
+            while *item < 3 && running.load(Ordering::SeqCst) < 3 && waited_since.elapsed() < Duration::from_secs(30) {
+                std::thread::sleep(Duration::from_millis(1));
+            }
             // Later items finish first, so the order cannot come from finishing times.
             std::thread::sleep(Duration::from_millis(60 - 5 * item));
             running.fetch_sub(1, Ordering::SeqCst);
