@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use gateway::error::ErrorKind;
 use gateway::rejection::{keys, Rejection};
 use gateway::transport::postgres::{PostgresConnection, PostgresSubscription};
-use gateway::{Channel, Message, MessageType, Producer, Subscription};
+use gateway::{Channel, GatewayRuntime, Message, MessageType, Producer, Subscription};
 
 mod support;
 use support::proxy::proxied;
@@ -382,4 +382,38 @@ async fn a_send_past_its_deadline_fails_as_a_timeout_and_the_retry_stores_it_onc
     assert_eq!(stored.header.handled_count, 0);
     consumer.acknowledge(&stored).await.unwrap();
     assert!(receive(&*consumer, sent.id(), Duration::from_secs(2)).await.is_none(), "stored twice");
+}
+
+/// Connecting and making a channel past their deadlines: every byte held 1.5 s each way. The
+/// startup handshake is a round trip (3 s), so a connect with a 2 s deadline
+/// (`PostgresConnection::connect_within`, 30 s by default; tokio-postgres has none unless the
+/// connection string sets `connect_timeout`) fails as a `Timeout` at 2 s, and so does a channel
+/// made on a connection through the proxy (the queue table's creation, a round trip under the
+/// connection's deadline). Once the server answers again both succeed, and the channel carries a
+/// message. Red without the deadlines: both wait out their round trips and succeed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connect_and_a_channel_past_their_deadlines_fail_as_timeouts_and_succeed_once_the_server_answers() {
+    let (proxy, url) = proxied(providers::postgres::url()).await;
+    let (deadline, delay, before_the_answer) =
+        (Duration::from_secs(2), Duration::from_millis(1500), Duration::from_millis(2900));
+    let connecting = PostgresConnection::connect_within(&url, GatewayRuntime::shared(), deadline);
+    cut_off_at_its_deadline(&proxy, delay, before_the_answer, connecting).await;
+    proxy.delay(Duration::ZERO);
+    let through_proxy = PostgresConnection::connect_within(&url, GatewayRuntime::shared(), deadline)
+        .await
+        .expect("a connect once the server answers");
+    let queue = unique("setup-deadline");
+    let mut subscription = PostgresSubscription::new(Subscription::new(format!("{queue}-sub"), &queue));
+    subscription.call_deadline = deadline;
+    cut_off_at_its_deadline(&proxy, delay, before_the_answer, async {
+        through_proxy.channel(&subscription).await.map(drop)
+    })
+    .await;
+    proxy.delay(Duration::ZERO);
+    let consumer = through_proxy.channel(&subscription).await.expect("a channel once the server answers");
+    let sent = Message::new(&queue, MessageType::Command, "after the slow setup");
+    connection().producer().send(&sent).await.unwrap();
+    let received = receive(&*consumer, sent.id(), Duration::from_secs(10)).await.expect("the channel carries it");
+    assert_eq!(received.header.handled_count, 0);
+    consumer.acknowledge(&received).await.unwrap();
 }

@@ -14,7 +14,7 @@ use gateway::transport::rabbitmq::lapin::{Connection, ConnectionProperties};
 use gateway::transport::rabbitmq::{
     AMQPValue, BasicProperties, RabbitMqConnection, RabbitMqSubscription, DELIVERY_COUNT_HEADER,
 };
-use gateway::{Channel, Message, MessageType, Producer, Subscription};
+use gateway::{Channel, GatewayRuntime, Message, MessageType, Producer, Subscription};
 
 mod support;
 use support::proxy::proxied;
@@ -478,4 +478,39 @@ async fn a_publish_past_its_confirm_deadline_fails_as_a_timeout_and_the_message_
     assert_eq!(stored.header.handled_count, 0);
     consumer.acknowledge(&stored).await.unwrap();
     assert!(receive(&*consumer, sent.id(), Duration::from_secs(2)).await.is_none(), "stored twice");
+}
+
+/// Making a connection and a channel past their deadlines: every byte held 1.5 s each way. The
+/// AMQP handshake is several round trips (the protocol header, start, tune, open, then the
+/// publishing channel and its confirm mode), so a connect with a 2 s deadline
+/// (`RabbitMqConnection::connect_within`, 30 s by default; lapin has none) fails as a `Timeout`
+/// at 2 s, and so does making a channel on a connection through the proxy, past the
+/// subscription's `call_deadline` (opening it, then its declares). Once the node answers again
+/// both succeed, and the channel carries a message. Red without the deadlines: the connect waits
+/// out its round trips and succeeds, as does the channel.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connect_and_a_channel_past_their_deadlines_fail_as_timeouts_and_succeed_once_the_node_answers() {
+    let (proxy, url) = proxied(providers::rabbitmq::url()).await;
+    let (deadline, delay, before_the_answer) =
+        (Duration::from_secs(2), Duration::from_millis(1500), Duration::from_millis(2900));
+    let connecting = RabbitMqConnection::connect_within(&url, GatewayRuntime::shared(), deadline);
+    cut_off_at_its_deadline(&proxy, delay, before_the_answer, connecting).await;
+    proxy.delay(Duration::ZERO);
+    let through_proxy = RabbitMqConnection::connect_within(&url, GatewayRuntime::shared(), deadline)
+        .await
+        .expect("a connect once the node answers");
+    let queue = unique("setup-deadline");
+    let mut subscription = RabbitMqSubscription::quorum(Subscription::new(format!("{queue}-sub"), &queue), None);
+    subscription.call_deadline = deadline;
+    cut_off_at_its_deadline(&proxy, delay, before_the_answer, async {
+        through_proxy.channel(&subscription).await.map(drop)
+    })
+    .await;
+    proxy.delay(Duration::ZERO);
+    let consumer = through_proxy.channel(&subscription).await.expect("a channel once the node answers");
+    let sent = Message::new(&queue, MessageType::Command, "after the slow setup");
+    connection().producer().send(&sent).await.unwrap();
+    let received = receive(&*consumer, sent.id(), Duration::from_secs(10)).await.expect("the channel carries it");
+    assert_eq!(received.header.handled_count, 0);
+    consumer.acknowledge(&received).await.unwrap();
 }

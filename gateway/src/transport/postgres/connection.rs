@@ -3,6 +3,7 @@
 //! make-channels.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio_postgres::{Client, NoTls};
 
@@ -15,6 +16,14 @@ use crate::channel::Channel;
 use crate::error::ChannelError;
 use crate::runtime::GatewayRuntime;
 use crate::subscription::MakeChannels;
+use crate::transport::kit;
+
+/// How long connecting (and each connection-level call: the schema's creation and lookup) may
+/// wait for the server before it fails as a `Timeout`: 30 s, as a channel's calls and a send.
+/// tokio-postgres has no deadline of its own unless the connection string sets
+/// `connect_timeout`, and a server that accepts the socket and then stops answering would hold
+/// the caller for ever.
+pub const CONNECT_DEADLINE: Duration = Duration::from_secs(30);
 
 type BoxedFuture<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;
 
@@ -25,6 +34,7 @@ pub struct PostgresConnection {
     url: String,
     client: Arc<Client>,
     runtime: GatewayRuntime,
+    deadline: Duration,
 }
 
 impl std::fmt::Debug for PostgresConnection {
@@ -33,21 +43,20 @@ impl std::fmt::Debug for PostgresConnection {
     }
 }
 
-/// Opens a client on `runtime`, its connection task spawned there (it ends when the client drops).
-async fn open(url: &str, runtime: &GatewayRuntime) -> Result<Client, ChannelError> {
+/// Opens a client on `runtime`, its connection task spawned there (it ends when the client
+/// drops); a `Timeout` once `deadline` has passed.
+async fn open(url: &str, runtime: &GatewayRuntime, deadline: Duration) -> Result<Client, ChannelError> {
     let address = url.to_owned();
-    runtime
-        .call(async move {
-            let (client, connection) = tokio_postgres::connect(&address, NoTls).await?;
-            tokio::spawn(async move {
-                // A connection that ends with an error fails every pending and later call on
-                // its client, which reports it.
-                let _ = connection.await;
-            });
-            Ok(client)
-        })
-        .await
-        .map_err(|e| broker_error(url, "connect", e))
+    let connecting = async move {
+        let (client, connection) = tokio_postgres::connect(&address, NoTls).await?;
+        tokio::spawn(async move {
+            // A connection that ends with an error fails every pending and later call on
+            // its client, which reports it.
+            let _ = connection.await;
+        });
+        Ok(client)
+    };
+    kit::within(runtime, url, "connect", deadline, connecting).await?.map_err(|e| broker_error(url, "connect", e))
 }
 
 impl PostgresConnection {
@@ -59,8 +68,18 @@ impl PostgresConnection {
     /// As `connect`, with this connection's calls (and those of every channel and producer
     /// made from it) on `runtime`.
     pub async fn connect_on(url: &str, runtime: GatewayRuntime) -> Result<PostgresConnection, ChannelError> {
-        let client = Arc::new(open(url, &runtime).await?);
-        Ok(PostgresConnection { url: url.to_owned(), client, runtime })
+        PostgresConnection::connect_within(url, runtime, CONNECT_DEADLINE).await
+    }
+
+    /// As `connect_on`, connecting and each connection-level call failing as a `Timeout` once
+    /// it has taken `deadline` ([`CONNECT_DEADLINE`] otherwise).
+    pub async fn connect_within(
+        url: &str,
+        runtime: GatewayRuntime,
+        deadline: Duration,
+    ) -> Result<PostgresConnection, ChannelError> {
+        let client = Arc::new(open(url, &runtime, deadline).await?);
+        Ok(PostgresConnection { url: url.to_owned(), client, runtime, deadline })
     }
 
     pub fn producer(&self) -> PostgresProducer {
@@ -72,18 +91,18 @@ impl PostgresConnection {
         let client = self.client.clone();
         // One simple-query message: no other call on the shared client runs inside it.
         let script = format!("BEGIN; SELECT pg_advisory_xact_lock({SCHEMA_LOCK}); {SCHEMA} COMMIT;");
-        self.runtime
-            .call(async move { client.batch_execute(&script).await })
-            .await
+        let creating = async move { client.batch_execute(&script).await };
+        kit::within(&self.runtime, TABLE, "create the queue table", self.deadline, creating)
+            .await?
             .map_err(|e| broker_error(TABLE, "create the queue table", e))
     }
 
     /// Whether the queue table exists.
     pub async fn schema_exists(&self) -> Result<bool, ChannelError> {
         let client = self.client.clone();
-        self.runtime
-            .call(async move { client.query_one(&format!("SELECT to_regclass('{TABLE}') IS NOT NULL"), &[]).await })
-            .await
+        let looking = async move { client.query_one(&format!("SELECT to_regclass('{TABLE}') IS NOT NULL"), &[]).await };
+        kit::within(&self.runtime, TABLE, "look up the queue table", self.deadline, looking)
+            .await?
             .and_then(|row| row.try_get(0))
             .map_err(|e| broker_error(TABLE, "look up the queue table", e))
     }
@@ -107,7 +126,7 @@ impl PostgresConnection {
             MakeChannels::Validate | MakeChannels::Assume => {}
         }
         budget::warn_if_unenforceable(common, subscription);
-        let transactions = open(&self.url, &self.runtime).await?;
+        let transactions = open(&self.url, &self.runtime, subscription.call_deadline).await?;
         Ok(Arc::new(PostgresChannel::new(self.runtime.clone(), self.client.clone(), transactions, subscription)))
     }
 }

@@ -3,6 +3,7 @@
 //! declared through the default exchange; no exchange of the project's own).
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use lapin::options::{ConfirmSelectOptions, QueueDeclareOptions};
 use lapin::types::{AMQPValue, FieldTable, ShortString};
@@ -17,6 +18,13 @@ use crate::channel::Channel;
 use crate::error::{ChannelError, ErrorKind};
 use crate::runtime::GatewayRuntime;
 use crate::subscription::MakeChannels;
+use crate::transport::kit;
+
+/// How long connecting (the AMQP handshake, the publishing channel, its confirm mode) may take
+/// before it fails as a `Timeout`: 30 s, as RabbitMQ.Client's connection timeout. lapin has no
+/// deadline of its own, and a node that accepts the socket and then stops answering would hold
+/// the caller for ever.
+pub const CONNECT_DEADLINE: Duration = Duration::from_secs(30);
 
 /// A RabbitMQ broker and the connection this process talks to it through.
 #[derive(Clone)]
@@ -69,15 +77,25 @@ impl RabbitMqConnection {
     /// As `connect`, with this connection's calls (and those of every channel and producer made
     /// from it) on `runtime`.
     pub async fn connect_on(url: &str, runtime: GatewayRuntime) -> Result<RabbitMqConnection, ChannelError> {
+        RabbitMqConnection::connect_within(url, runtime, CONNECT_DEADLINE).await
+    }
+
+    /// As `connect_on`, failing as a `Timeout` once connecting has taken `deadline`
+    /// ([`CONNECT_DEADLINE`] otherwise).
+    pub async fn connect_within(
+        url: &str,
+        runtime: GatewayRuntime,
+        deadline: Duration,
+    ) -> Result<RabbitMqConnection, ChannelError> {
         let address = url.to_owned();
-        let (connection, channel) = runtime
-            .call(async move {
-                let connection = Connection::connect(&address, ConnectionProperties::default()).await?;
-                let channel = connection.create_channel().await?;
-                channel.confirm_select(ConfirmSelectOptions::default()).await?;
-                Ok::<_, lapin::Error>((connection, channel))
-            })
-            .await
+        let connecting = async move {
+            let connection = Connection::connect(&address, ConnectionProperties::default()).await?;
+            let channel = connection.create_channel().await?;
+            channel.confirm_select(ConfirmSelectOptions::default()).await?;
+            Ok::<_, lapin::Error>((connection, channel))
+        };
+        let (connection, channel) = kit::within(&runtime, url, "connect", deadline, connecting)
+            .await?
             .map_err(|e| broker_error(url, "connect", e))?;
         let publisher = Arc::new(Publisher::new(channel, runtime.clone()));
         Ok(RabbitMqConnection { url: url.to_owned(), connection: Arc::new(connection), publisher, runtime })
@@ -87,53 +105,62 @@ impl RabbitMqConnection {
         RabbitMqProducer::new(self.publisher.clone())
     }
 
-    async fn new_channel(&self, name: &str) -> Result<lapin::Channel, ChannelError> {
+    /// Opens an AMQP channel, failing as a `Timeout` past `deadline`.
+    async fn new_channel(&self, name: &str, deadline: Duration) -> Result<lapin::Channel, ChannelError> {
         let connection = self.connection.clone();
-        self.runtime
-            .call(async move { connection.create_channel().await })
-            .await
+        kit::within(&self.runtime, name, "open channel", deadline, async move { connection.create_channel().await })
+            .await?
             .map_err(|e| broker_error(name, "open channel", e))
     }
 
-    /// Declares `queue` on `channel` (`passive`: only checks that it exists).
+    /// Declares `queue` on `channel` (`passive`: only checks that it exists), failing as a
+    /// `Timeout` past `deadline`.
     async fn declare(
         &self,
         channel: &lapin::Channel,
         queue: &str,
         passive: bool,
         arguments: FieldTable,
+        deadline: Duration,
     ) -> Result<(), ChannelError> {
         let (channel, name) = (channel.clone(), ShortString::from(queue));
-        self.runtime
-            .call(async move {
-                let options = QueueDeclareOptions { durable: true, passive, ..QueueDeclareOptions::default() };
-                channel.queue_declare(name, options, arguments).await
-            })
-            .await
+        let declaring = async move {
+            let options = QueueDeclareOptions { durable: true, passive, ..QueueDeclareOptions::default() };
+            channel.queue_declare(name, options, arguments).await
+        };
+        kit::within(&self.runtime, queue, "declare queue", deadline, declaring)
+            .await?
             .map(drop)
             .map_err(|e| broker_error(queue, "declare queue", e))
     }
 
     /// The channel of `subscription`, its queues declared first under `MakeChannels::Create`
-    /// (the work queue, then the dead-letter and invalid-message queues, of the same type).
+    /// (the work queue, then the dead-letter and invalid-message queues, of the same type). Each
+    /// of these calls fails as a `Timeout` past the subscription's `call_deadline`.
     pub async fn channel(&self, subscription: &RabbitMqSubscription) -> Result<Arc<dyn Channel>, ChannelError> {
-        let common = &subscription.subscription;
-        let channel = self.new_channel(&common.name).await?;
+        let (common, deadline) = (&subscription.subscription, subscription.call_deadline);
+        let channel = self.new_channel(&common.name, deadline).await?;
         match common.make_channels {
             MakeChannels::Create => {
                 let (queue_type, limit) = (subscription.queue_type, subscription.delivery_limit);
                 let dead_letter = common.dead_letter_routing_key.as_deref();
-                self.declare(&channel, &common.routing_key, false, queue_arguments(queue_type, limit, dead_letter))
-                    .await?;
+                self.declare(
+                    &channel,
+                    &common.routing_key,
+                    false,
+                    queue_arguments(queue_type, limit, dead_letter),
+                    deadline,
+                )
+                .await?;
                 let destinations = [&common.dead_letter_routing_key, &common.invalid_message_routing_key];
                 for queue in destinations.into_iter().flatten() {
-                    self.declare(&channel, queue, false, queue_arguments(queue_type, None, None)).await?;
+                    self.declare(&channel, queue, false, queue_arguments(queue_type, None, None), deadline).await?;
                 }
             }
             MakeChannels::Validate => {
                 // A failed passive declare closes the channel it ran on: use a throwaway one.
-                let probe = self.new_channel(&common.name).await?;
-                match self.declare(&probe, &common.routing_key, true, FieldTable::default()).await {
+                let probe = self.new_channel(&common.name, deadline).await?;
+                match self.declare(&probe, &common.routing_key, true, FieldTable::default(), deadline).await {
                     Ok(()) => {}
                     Err(error) if error.kind() == Some(ErrorKind::NotFound) => {
                         return Err(ChannelError::Missing { channel: common.name.clone() })

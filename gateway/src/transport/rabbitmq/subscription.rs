@@ -36,9 +36,10 @@ pub struct RabbitMqSubscription {
     /// Quorum only: `x-delivery-limit` N on the work queue (the broker delivers a message at most
     /// N + 1 times, then dead-letters it to the dead-letter queue, or drops it without one).
     pub delivery_limit: Option<u32>,
-    /// How long a receive's `basic.get` waits for the node before it fails as a `Timeout` (20 s,
-    /// as RabbitMQ.Client's continuation timeout): lapin has no deadline of its own, and a node
-    /// that stops answering must not hold a pump for ever.
+    /// How long a receive's `basic.get`, and each call that makes the channel (opening it, the
+    /// declares), waits for the node before it fails as a `Timeout` (20 s, as RabbitMQ.Client's
+    /// continuation timeout): lapin has no deadline of its own, and a node that stops answering
+    /// must not hold a pump, or the code making one, for ever.
     pub call_deadline: Duration,
 }
 
