@@ -224,7 +224,7 @@ mod mqtt {
             "mqtt (JSON envelope payload)",
             bytes_per_message(|| {
                 let receipt = "conformance-session:1".to_owned();
-                drop(black_box(read_payload(black_box(&payload), Some(receipt), warnings).unwrap()))
+                drop(black_box(read_payload(black_box(&payload), None, Some(receipt), warnings).unwrap()))
             }),
         );
     }

@@ -3,6 +3,8 @@
 
 #[cfg(feature = "broker")]
 pub mod attributes;
+#[cfg(feature = "envelope")]
+pub mod envelope;
 #[cfg(feature = "gcp")]
 pub mod gcp;
 #[cfg(feature = "kafka")]

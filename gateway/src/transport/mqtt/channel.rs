@@ -10,7 +10,7 @@ use tokio::sync::mpsc;
 
 use super::producer::MqttProducer;
 use super::session::Session;
-use super::{broker_error, envelope, requeue_topic, NO_DELAY};
+use super::{broker_error, requeue_topic, NO_DELAY};
 use crate::channel::Channel;
 use crate::error::{ChannelError, ErrorKind};
 use crate::message::Message;
@@ -18,6 +18,7 @@ use crate::rejection::Rejection;
 use crate::runtime::GatewayRuntime;
 use crate::subscription::Subscription;
 use crate::transport::attributes::{self, ReaderWarnings};
+use crate::transport::envelope;
 use crate::transport::kit::{self, AfterRouting};
 use crate::transport::receive_loop::receive_readable;
 
@@ -136,7 +137,7 @@ impl Channel for MqttChannel {
     async fn receive(&self, timeout: Duration) -> Result<Option<Message>, ChannelError> {
         let fetch = |wait| self.next_delivery(wait);
         let read = |delivery: &Delivery| {
-            envelope::read_payload(&delivery.publish.payload, Some(delivery.receipt.clone()), &self.warnings)
+            envelope::read_payload(&delivery.publish.payload, None, Some(delivery.receipt.clone()), &self.warnings)
         };
         let route = move |delivery, problem| async move {
             kit::route_unreadable(self, &self.unreadable(delivery), problem).await

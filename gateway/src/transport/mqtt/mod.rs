@@ -9,7 +9,7 @@
 //! acknowledge the original (counter kind `republished`); a delayed requeue or send is refused
 //! (`ErrorKind::Unsupported`) rather than delivered early. Reject routes the stamped copy to the
 //! dead-letter or invalid-message topic, then acknowledges. MQTT 3.1.1 has no user properties,
-//! so the message travels as a JSON envelope (`envelope`): the header in the attribute layout
+//! so the message travels as a JSON envelope (`transport::envelope`): the header in the attribute layout
 //! `transport::attributes` shares, and the UTF-8 body; a payload that is not one is routed as
 //! Unacceptable.
 //!
@@ -25,14 +25,13 @@
 mod channel;
 mod claim;
 mod connection;
-mod envelope;
 mod options;
 mod producer;
 mod session;
 
+pub use crate::transport::envelope::{read_payload, to_payload};
 pub use channel::MqttChannel;
 pub use connection::MqttConnection;
-pub use envelope::{read_payload, to_payload};
 pub use producer::MqttProducer;
 
 use crate::error::{BoxError, ChannelError, ErrorKind};

@@ -10,11 +10,12 @@ use rumqttc::{Event, MqttOptions, Outgoing, Packet, QoS};
 use tokio::sync::{mpsc, Mutex};
 
 use super::session::{open_session, Session};
-use super::{broker_error, envelope, NO_DELAY};
+use super::{broker_error, NO_DELAY};
 use crate::channel::Producer;
 use crate::error::{ChannelError, ErrorKind};
 use crate::message::Message;
 use crate::runtime::GatewayRuntime;
+use crate::transport::envelope;
 use crate::transport::kit;
 
 /// How long a publish may wait for its PUBACK.

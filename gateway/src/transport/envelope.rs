@@ -1,7 +1,8 @@
-//! The message on the wire: MQTT 3.1.1 has no user properties, so the payload is a JSON
-//! envelope, `{"header": {<attribute>: <string>}, "body": <string>}`, whose header is the
-//! attribute layout `transport::attributes` shares with SQS, Pub/Sub and RocketMQ (header fields
-//! own their names and the bag is one JSON attribute), read back by the same reader.
+//! The message as one text, for the brokers whose messages carry no attributes (MQTT 3.1.1 has no
+//! user properties; an Azure queue message is only its text): a JSON envelope,
+//! `{"header": {<attribute>: <string>}, "body": <string>}`, whose header is the attribute layout
+//! `transport::attributes` shares with SQS, Pub/Sub and RocketMQ (header fields own their names
+//! and the bag is one JSON attribute), read back by the same reader.
 
 use crate::error::{ChannelError, ErrorKind};
 use crate::message::Message;
@@ -17,7 +18,7 @@ pub fn to_payload(topic: &str, message: &Message) -> Result<Vec<u8>, ChannelErro
             topic,
             "send",
             ErrorKind::Unsupported,
-            format!("the MQTT envelope carries a UTF-8 body: {e}"),
+            format!("the JSON envelope carries a UTF-8 body: {e}"),
         )
     })?;
     let header: serde_json::Map<String, serde_json::Value> = attributes::header_attributes(message)
@@ -30,10 +31,12 @@ pub fn to_payload(topic: &str, message: &Message) -> Result<Vec<u8>, ChannelErro
     Ok(serde_json::Value::Object(envelope).to_string().into_bytes())
 }
 
-/// The reader: an envelope as a `Message`. MQTT has no broker counter, so the handled count is
-/// the header's (`delivery_count::resolve` with none), which republishing keeps growing.
+/// The reader: an envelope as a `Message`, its handled count resolved with the broker's
+/// delivery count where it keeps one (`delivery_count::resolve`); without one (MQTT) the count is
+/// the header's, which republishing keeps growing.
 pub fn read_payload(
     payload: &[u8],
+    broker_count: Option<i64>,
     receipt: Option<String>,
     warnings: &ReaderWarnings,
 ) -> Result<Message, MalformedMessage> {
@@ -52,7 +55,7 @@ pub fn read_payload(
         return Err(malformed(format!("header attribute {name} is not a string")));
     }
     let attribute = |name: &str| header.get(name).and_then(serde_json::Value::as_str);
-    attributes::read_message(attribute, body, None, receipt, warnings)
+    attributes::read_message(attribute, body, broker_count, receipt, warnings)
 }
 
 #[cfg(test)]
@@ -68,7 +71,8 @@ mod tests {
         sent.header.handled_count = 2;
         sent.header.bag.insert("number".into(), BagValue::Int(-7));
         let read =
-            read_payload(&to_payload("orders", &sent).unwrap(), Some("r".into()), &ReaderWarnings::default()).unwrap();
+            read_payload(&to_payload("orders", &sent).unwrap(), None, Some("r".into()), &ReaderWarnings::default())
+                .unwrap();
         assert_eq!(read.header.id, sent.header.id);
         assert_eq!(read.header.correlation_id, sent.header.correlation_id);
         assert_eq!(read.header.bag, sent.header.bag);
@@ -82,7 +86,7 @@ mod tests {
         let mut received = Message::new("orders", MessageType::Command, "x");
         received.header.handled_count = 3;
         let copy = rejection::stamp(&received, Some(&Rejection::delivery_error("budget spent")));
-        let read = read_payload(&to_payload("dlq", &copy).unwrap(), None, &ReaderWarnings::default()).unwrap();
+        let read = read_payload(&to_payload("dlq", &copy).unwrap(), Some(5), None, &ReaderWarnings::default()).unwrap();
         assert_eq!(read.header.handled_count, 3);
         assert!(read.header.bag.contains_key(keys::REJECTION_REASON));
     }
@@ -90,11 +94,11 @@ mod tests {
     #[test]
     fn a_payload_that_is_not_an_envelope_is_malformed_and_says_why() {
         let warnings = ReaderWarnings::default();
-        let problem = read_payload(b"plain text", None, &warnings).unwrap_err();
+        let problem = read_payload(b"plain text", None, None, &warnings).unwrap_err();
         assert!(problem.detail.starts_with("the payload is not a JSON envelope"), "{problem}");
-        let problem = read_payload(br#"{"header":{"id":"1"},"body":"b"}"#, None, &warnings).unwrap_err();
+        let problem = read_payload(br#"{"header":{"id":"1"},"body":"b"}"#, None, None, &warnings).unwrap_err();
         assert!(problem.detail.contains("messageType"), "{problem}");
-        let problem = read_payload(br#"{"header":{"id":1},"body":"b"}"#, None, &warnings).unwrap_err();
+        let problem = read_payload(br#"{"header":{"id":1},"body":"b"}"#, None, None, &warnings).unwrap_err();
         assert_eq!(problem.detail, "header attribute id is not a string");
     }
 
