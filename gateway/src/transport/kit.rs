@@ -28,7 +28,14 @@ pub(crate) fn broker_error(
 /// has passed, for clients with no deadline of their own. A call cut off may still have reached
 /// the broker: the caller says what then becomes of the message.
 #[cfg_attr(
-    not(any(feature = "postgres", feature = "gcp", feature = "kafka", feature = "rabbitmq", feature = "nats")),
+    not(any(
+        feature = "postgres",
+        feature = "gcp",
+        feature = "kafka",
+        feature = "rabbitmq",
+        feature = "nats",
+        feature = "azure"
+    )),
     allow(dead_code)
 )]
 pub(crate) async fn within<R: Send + 'static>(
@@ -46,7 +53,7 @@ pub(crate) async fn within<R: Send + 'static>(
 
 /// The kind an I/O error somewhere in `error`'s chain gives (connection refused, timed out),
 /// for SDKs whose own error types say no more.
-#[cfg_attr(not(any(feature = "sqs", feature = "gcp", feature = "rocketmq")), allow(dead_code))]
+#[cfg_attr(not(any(feature = "sqs", feature = "gcp", feature = "rocketmq", feature = "azure")), allow(dead_code))]
 pub(crate) fn io_kind(error: &(dyn std::error::Error + 'static)) -> Option<ErrorKind> {
     let mut cause = Some(error);
     while let Some(current) = cause {
@@ -72,7 +79,7 @@ pub(crate) fn io_kind(error: &(dyn std::error::Error + 'static)) -> Option<Error
 }
 
 /// Whole seconds, rounded up, so a message is never visible again before the delay.
-#[cfg_attr(not(any(feature = "sqs", feature = "gcp")), allow(dead_code))]
+#[cfg_attr(not(any(feature = "sqs", feature = "gcp", feature = "azure")), allow(dead_code))]
 pub(crate) fn whole_seconds(delay: Duration) -> u64 {
     delay.as_secs() + u64::from(delay.subsec_nanos() > 0)
 }

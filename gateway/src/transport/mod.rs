@@ -3,6 +3,8 @@
 
 #[cfg(feature = "broker")]
 pub mod attributes;
+#[cfg(feature = "azure")]
+pub mod azure;
 #[cfg(feature = "envelope")]
 pub mod envelope;
 #[cfg(feature = "gcp")]
