@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use azure_storage_queue::models::{QueueClientReceiveMessagesOptions, ReceivedMessage};
 use azure_storage_queue::QueueClient;
 
-use super::connection::Clients;
+use super::clients::Clients;
 use super::message::{self, read_queue_message, Receipt};
 use super::producer::AzureQueueProducer;
 use super::subscription::AzureQueueSubscription;

@@ -4,11 +4,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use azure_core::http::{ClientOptions, Transport};
-use azure_storage_queue::{QueueClient, QueueClientOptions, QueueServiceClient, QueueServiceClientOptions};
+use azure_storage_queue::{QueueClient, QueueServiceClient, QueueServiceClientOptions};
 
-use super::account::{AzureAccount, SasPolicy};
+use super::account::AzureAccount;
 use super::channel::AzureQueueChannel;
+use super::clients::Clients;
 use super::producer::AzureQueueProducer;
 use super::subscription::AzureQueueSubscription;
 use super::{broker_error, check_queue_name};
@@ -23,37 +23,6 @@ use crate::transport::kit;
 /// as a `Timeout`: 30 s, as the calls after it.
 pub const CONNECT_DEADLINE: Duration = Duration::from_secs(30);
 const CALL_DEADLINE: Duration = Duration::from_secs(30);
-
-/// What every call of one connection shares: the account, the client options (its one HTTP
-/// client and the SAS policy) and the runtime the calls run on.
-#[derive(Clone)]
-pub(super) struct Clients {
-    account: AzureAccount,
-    options: ClientOptions,
-    runtime: GatewayRuntime,
-}
-
-impl Clients {
-    fn new(account: AzureAccount, runtime: GatewayRuntime) -> Clients {
-        let options = ClientOptions {
-            // One HTTP client (and its pool of connections) for every queue client made here.
-            transport: Some(Transport::default()),
-            per_call_policies: vec![SasPolicy::new(account.clone())],
-            ..ClientOptions::default()
-        };
-        Clients { account, options, runtime }
-    }
-
-    /// The client of `queue` (a checked name): cheap, it shares the HTTP client.
-    pub(super) fn queue(&self, queue: &str) -> QueueClient {
-        let options = QueueClientOptions { client_options: self.options.clone(), ..QueueClientOptions::default() };
-        QueueClient::new(self.account.queue_url(queue), None, Some(options)).expect("a queue URL is a base URL")
-    }
-
-    pub(super) fn runtime(&self) -> &GatewayRuntime {
-        &self.runtime
-    }
-}
 
 /// A storage account's queue service and this process's clients of it.
 #[derive(Clone)]
@@ -84,15 +53,15 @@ impl AzureQueueConnection {
         deadline: Duration,
     ) -> Result<AzureQueueConnection, ChannelError> {
         let clients = Clients::new(account, runtime);
-        let endpoint = clients.account.queue_endpoint.to_string();
+        let endpoint = clients.account().queue_endpoint.to_string();
         let options = QueueServiceClientOptions {
-            client_options: clients.options.clone(),
+            client_options: clients.options().clone(),
             ..QueueServiceClientOptions::default()
         };
-        let service = QueueServiceClient::new(clients.account.queue_endpoint.clone(), None, Some(options))
+        let service = QueueServiceClient::new(clients.account().queue_endpoint.clone(), None, Some(options))
             .map_err(|e| broker_error(&endpoint, "connect", e))?;
         let asking = async move { service.get_properties(None).await.map(drop) };
-        kit::within(&clients.runtime, &endpoint, "connect", deadline, asking)
+        kit::within(clients.runtime(), &endpoint, "connect", deadline, asking)
             .await?
             .map_err(|e| broker_error(&endpoint, "connect", e))?;
         Ok(AzureQueueConnection { clients })
@@ -100,7 +69,7 @@ impl AzureQueueConnection {
 
     /// The queue endpoint (no credential: the key is never in it).
     pub fn endpoint(&self) -> &str {
-        self.clients.account.queue_endpoint.as_str()
+        self.clients.account().queue_endpoint.as_str()
     }
 
     pub fn producer(&self) -> AzureQueueProducer {
@@ -117,7 +86,7 @@ impl AzureQueueConnection {
     pub async fn create_queue(&self, queue: &str, deadline: Duration) -> Result<(), ChannelError> {
         let client = self.native(queue)?;
         let creating = async move { client.create(None).await.map(drop) };
-        kit::within(&self.clients.runtime, queue, "create queue", deadline, creating)
+        kit::within(self.clients.runtime(), queue, "create queue", deadline, creating)
             .await?
             .map_err(|e| broker_error(queue, "create queue", e))
     }
@@ -125,7 +94,7 @@ impl AzureQueueConnection {
     async fn queue_exists(&self, queue: &str, deadline: Duration) -> Result<bool, ChannelError> {
         let client = self.native(queue)?;
         let asking = async move { client.exists().await };
-        kit::within(&self.clients.runtime, queue, "find queue", deadline, asking)
+        kit::within(self.clients.runtime(), queue, "find queue", deadline, asking)
             .await?
             .map_err(|e| broker_error(queue, "find queue", e))
     }

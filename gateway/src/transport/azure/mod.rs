@@ -24,6 +24,7 @@
 
 mod account;
 mod channel;
+mod clients;
 mod connection;
 mod message;
 mod producer;

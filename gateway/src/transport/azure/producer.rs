@@ -6,7 +6,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use azure_storage_queue::models::{QueueClientSendMessageOptions, QueueMessage};
 
-use super::connection::Clients;
+use super::clients::Clients;
 use super::{broker_error, check_queue_name, visibility_seconds};
 use crate::channel::Producer;
 use crate::error::ChannelError;
