@@ -9,7 +9,7 @@ use std::sync::OnceLock;
 use serde::Deserialize;
 
 /// Each broker's facts, as `(folder under providers/brokers, the file's text)`.
-const SOURCES: [(&str, &str); 9] = [
+const SOURCES: [(&str, &str); 10] = [
     ("sqs", include_str!("../../providers/brokers/sqs/broker.toml")),
     ("gcp", include_str!("../../providers/brokers/gcp/broker.toml")),
     ("rocketmq", include_str!("../../providers/brokers/rocketmq/broker.toml")),
@@ -19,6 +19,7 @@ const SOURCES: [(&str, &str); 9] = [
     ("rabbitmq", include_str!("../../providers/brokers/rabbitmq/broker.toml")),
     ("kafka", include_str!("../../providers/brokers/kafka/broker.toml")),
     ("nats", include_str!("../../providers/brokers/nats/broker.toml")),
+    ("azure", include_str!("../../providers/brokers/azure/broker.toml")),
 ];
 
 /// One transport's broker.
@@ -77,6 +78,8 @@ pub enum Install {
     /// `module`'s command at `version`, built static by `go install` from the Go module proxy
     /// into `into` (the recipe is the pin).
     Go { module: String, version: String, into: String },
+    /// The npm packages `source`/package-lock.json pins, installed by `npm ci` into `into`.
+    Npm { source: String, into: String },
 }
 
 /// The broker's container image and the stand-in `cargo xtask brokers images` builds for it.

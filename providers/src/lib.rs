@@ -4,6 +4,8 @@
 //! transport mechanism.
 
 pub mod assertion;
+#[cfg(feature = "azure")]
+pub mod azure;
 pub mod broker;
 pub mod builder;
 pub mod ceiling;
@@ -40,6 +42,8 @@ pub mod sqs;
 use async_trait::async_trait;
 
 pub use assertion::MessageAssertion;
+#[cfg(feature = "azure")]
+pub use azure::azure_queue;
 pub use ceiling::{within_ceiling, within_ceiling_async};
 pub use cell::{BlockingCell, Ceilings, Cell, CellParts, CellSpec, Teardown, Variant, POLL_INTERVAL};
 #[cfg(feature = "gcp")]

@@ -102,6 +102,7 @@ pub fn install(transport: &str) -> Result<()> {
         }
         Install::Maven { name, source, into, launcher } => install_java_launcher(name, source, into, launcher),
         Install::Go { module, version, into } => install_go_command(module, version, into),
+        Install::Npm { source, into } => install_npm_packages(source, into),
     }
 }
 
@@ -216,6 +217,33 @@ fn install_go_command(module: &str, version: &str, into: &str) -> Result<()> {
         &format!("go install {wanted}"),
     )?;
     std::fs::write(&marker, &wanted).with_context(|| format!("cannot write {}", marker.display()))
+}
+
+/// The packages `source`/package-lock.json pins (every transitive one, by integrity hash),
+/// installed by `npm ci` into `into`; skipped while `into` holds that very lock file. Install
+/// scripts are not run: nothing the project runs needs them.
+fn install_npm_packages(source: &str, into: &str) -> Result<()> {
+    let (source, into) = (root().join(source), root().join(into));
+    let read = |path: &Path| std::fs::read(path).with_context(|| format!("cannot read {}", path.display()));
+    let lock = read(&source.join("package-lock.json"))?;
+    let installed = into.join("node_modules").join(".package-lock.json");
+    if into.join("package-lock.json").exists() && installed.exists() && read(&into.join("package-lock.json"))? == lock {
+        return Ok(());
+    }
+    eprintln!(
+        "brokers: installing the npm packages {} pins into {} (npm ci; about 30 s)",
+        source.display(),
+        into.display()
+    );
+    std::fs::create_dir_all(&into).with_context(|| format!("cannot create {}", into.display()))?;
+    for file in ["package.json", "package-lock.json"] {
+        std::fs::copy(source.join(file), into.join(file))
+            .with_context(|| format!("cannot copy {file} into {}", into.display()))?;
+    }
+    run_quietly(
+        Command::new("npm").current_dir(&into).args(["ci", "--no-audit", "--no-fund", "--ignore-scripts"]),
+        "npm ci",
+    )
 }
 
 /// Whether `built` exists and is newer than every one of `sources`.
