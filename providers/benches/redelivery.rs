@@ -7,7 +7,7 @@
 //! configuration at once, `CELLS_AT_ONCE` cells each, as a transport's test binary runs its
 //! matrix: one broker serves them all). The cells' bounds must hold under the loaded figure.
 //!
-//! `cargo bench -p providers --features sqs,gcp,rocketmq,postgres,mqtt,redis,rabbitmq,kafka,nats --bench redelivery [-- CONFIGURATION…]`
+//! `cargo bench -p providers --features sqs,gcp,rocketmq,postgres,mqtt,redis,rabbitmq,kafka,nats,azure --bench redelivery [-- CONFIGURATION…]`
 //! (each compiled-in configuration when none is named; name one transport's configurations to
 //! load its broker as its matrix does; brokers as CONFORMANCE_BROKERS says).
 
@@ -43,6 +43,8 @@ fn providers() -> Vec<&'static dyn Provider> {
     all.push(providers::redis_streams());
     #[cfg(feature = "nats")]
     all.push(providers::nats_jetstream());
+    #[cfg(feature = "azure")]
+    all.push(providers::azure_queue());
     #[cfg(feature = "rabbitmq")]
     all.extend([providers::rabbitmq() as &dyn Provider, providers::rabbitmq_quorum()]);
     #[cfg(feature = "kafka")]
