@@ -43,6 +43,19 @@ pub struct Patch {
     pub file: String,
     pub find: String,
     pub replace: String,
+    /// The replacement only adds what healthy code never reaches (a field, an override that
+    /// restates the default), every line of `find` kept in order: the one build carries it
+    /// unswitched, and a later patch of the mutant switches the defect itself.
+    #[serde(default)]
+    pub inert: bool,
+}
+
+impl Patch {
+    /// Whether `replace` is `find` with lines added: each line of `find`, in order, is a line of it.
+    pub fn only_adds(&self) -> bool {
+        let mut kept = self.replace.lines();
+        self.find.lines().all(|line| kept.any(|other| other == line))
+    }
 }
 
 /// What a mutant expects of one configuration.
@@ -147,6 +160,17 @@ impl Catalogue {
             if mutant.patches.is_empty() {
                 bail!("{CATALOGUE}: mutant {} has no patches", mutant.id);
             }
+            if let Some(patch) = mutant.patches.iter().find(|patch| patch.inert && !patch.only_adds()) {
+                bail!(
+                    "{CATALOGUE}: mutant {}: its inert patch of {} drops or changes a line of its find; \
+                     an inert patch may only add lines (else drop `inert`)",
+                    mutant.id,
+                    patch.file
+                );
+            }
+            if mutant.patches.iter().all(|patch| patch.inert) {
+                bail!("{CATALOGUE}: mutant {}: every patch is inert, so nothing is the defect", mutant.id);
+            }
             mutant.patched(root)?;
         }
         Ok(())
@@ -203,6 +227,20 @@ survives: { memory: why not, sns-fifo: dedup }
         assert_eq!(m.expectation("sqs", "sns-fifo"), Expectation::Survives("dedup".into()));
         assert_eq!(m.expectation("memory", "memory"), Expectation::Survives("why not".into()));
         assert_eq!(m.expectation("gcp", "gcp-pull"), Expectation::NotApplicable);
+    }
+
+    #[test]
+    fn an_inert_patch_may_only_add_lines() {
+        let patch = |find: &str, replace: &str| Patch {
+            file: "a.rs".into(),
+            find: find.into(),
+            replace: replace.into(),
+            inert: true,
+        };
+        assert!(patch("struct S {\n    a: u8,\n", "struct S {\n    seen: u8,\n    a: u8,\n").only_adds());
+        assert!(patch("type C = ();\n", "type C = ();\n\nfn lease() {}\n").only_adds());
+        assert!(!patch("struct S {\n    a: u8,\n", "struct S {\n    a: u16,\n").only_adds());
+        assert!(!patch("a;\nb;\n", "b;\na;\n").only_adds());
     }
 
     #[test]

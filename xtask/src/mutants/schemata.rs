@@ -3,8 +3,9 @@
 //! rebuild of the gateway and every test binary. A patch is switched on the smallest part of it
 //! that differs and is a whole expression (`(if on { new } else { old })`) or whole statements
 //! (`if on { new } else { old }`); a patch with neither, or whose text an earlier switch changed,
-//! leaves its mutant to a build of its own, as before. With the switch off the code is the
-//! healthy code: the healthy run is made on this same build.
+//! leaves its mutant to a build of its own, as before. A patch the catalogue marks `inert` (it
+//! only adds what healthy code never reaches, such as a field) stands unswitched. With the
+//! switches off the code behaves as the healthy code: the healthy run is made on this same build.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -54,6 +55,12 @@ pub fn render(root: &Path, mutants: &[&Mutant], excluded: &BTreeMap<String, Stri
                 refused = Some(format!("its text in {} is also in another mutant's switch", patch.file));
                 break;
             };
+            if patch.inert {
+                // What it adds no healthy code reaches: it stands unswitched.
+                files.insert(patch.file.clone(), text.replacen(&patch.find, &patch.replace, 1));
+                touched.insert(patch.file.clone());
+                continue;
+            }
             // The new code waits outside the text as a placeholder, so no later patch can find
             // (and switch) text that only a mutant runs.
             let arm = format!("__conformance_mutant_arm_{}__", arms.len());
@@ -307,8 +314,8 @@ mod tests {
         assert!(out.contains(&format!("= (if {ON} {{ insert(t, q).await.and(insert(t, q).await) }} else {{ insert(t, q)\n    .await }})\n    .map_err(e)")), "{out}");
     }
 
-    /// The project's catalogue renders to files that still parse as Rust, every mutant either
-    /// switched or named with why it is built alone, and each switched one's switch in its files.
+    /// The project's catalogue renders to files that still parse as Rust, every mutant switched,
+    /// and each switched one's switch in its files.
     #[test]
     fn the_project_catalogue_renders_to_rust_with_every_mutant_accounted_for() {
         let root = crate::root();
@@ -325,13 +332,15 @@ mod tests {
             match schemata.switched.get(&mutant.id) {
                 Some(files) => {
                     let switch = format!("active == {:?}", mutant.id);
-                    assert!(files.iter().all(|f| schemata.files[f].contains(&switch)), "{}", mutant.id);
+                    assert!(files.iter().any(|f| schemata.files[f].contains(&switch)), "{}", mutant.id);
                 }
                 None => assert!(schemata.separate.contains_key(&mutant.id), "{} is neither", mutant.id),
             }
         }
-        assert!(schemata.switched.len() >= schemata.separate.len(), "{:?}", schemata.separate);
-        eprintln!("SEPARATE {} of {}: {:#?}", schemata.separate.len(), all.len(), schemata.separate);
+        // Every defect in the one build: one built alone costs a rebuild of every test binary
+        // (minutes on the broker transports). Write its patch as a whole expression or
+        // statements, or mark a patch that only adds what healthy code never reaches `inert`.
+        assert!(schemata.separate.is_empty(), "built alone: {:#?}", schemata.separate);
     }
 
     #[test]
