@@ -4,9 +4,6 @@
 //! Run: `cargo bench -p gateway --all-features --bench readers`. Each transport's reader is
 //! measured when its feature is on, so a single feature builds too.
 
-// Without a broker transport there is no reader to measure, and the shared pieces go unused.
-#![cfg_attr(not(feature = "broker"), allow(dead_code, unused_imports))]
-
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::hint::black_box;
 use std::sync::atomic::{AtomicUsize, Ordering};
