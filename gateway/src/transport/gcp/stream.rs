@@ -1,5 +1,12 @@
 //! The stream consumer: StreamingPull through the official subscriber, which keeps leases of
 //! the messages it holds. Received messages wait in a small inbox until the pump asks.
+//!
+//! Two promises keep the broker's count exact around a consumer's lifetime (DC-2, DC-4 on
+//! pstest): the stream opens on the first `receive`, so a channel that has not asked yet takes
+//! no delivery from another consumer; and a release (nack, requeue at once, a reject that
+//! releases) is sent when the channel is next asked for a message or closed, after the stream
+//! has ended, so a release is never served back into a stream that is about to close, where the
+//! broker would count a delivery no one saw.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -40,6 +47,22 @@ enum Inbound {
 /// A streamed message, its handler, and when the stream gave it to the reader.
 type Delivery = (Inbound, Handler, tokio::time::Instant);
 
+/// What the reader needs to open the stream, kept until the first `receive`.
+struct StreamStart {
+    endpoint: String,
+    path: String,
+    ack_deadline: Duration,
+    max_lease: Option<Duration>,
+    sender: mpsc::Sender<Delivery>,
+}
+
+/// The stream's life: opened by the first `receive`, ended once by `close`.
+enum Reader {
+    NotStarted(StreamStart),
+    Reading(tokio::task::JoinHandle<()>),
+    Closed,
+}
+
 pub struct StreamChannel {
     runtime: GatewayRuntime,
     counting: CountingReport,
@@ -51,8 +74,10 @@ pub struct StreamChannel {
     max_lease: Duration,
     /// Handlers of messages handed to the pump, by receipt.
     in_flight: Mutex<HashMap<String, Handler>>,
-    /// The task that owns the stream; `close` takes it to end the stream before anything else.
-    reader: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// Releases not yet sent: the next `receive` or `close` sends them.
+    releases: Mutex<Vec<Handler>>,
+    /// The task that owns the stream; `close` ends it before anything else.
+    reader: Mutex<Reader>,
     /// Shuts the stream down, once the reader has started it.
     shutdown: std::sync::Arc<Mutex<Option<ShutdownToken>>>,
 }
@@ -60,7 +85,7 @@ pub struct StreamChannel {
 impl Drop for StreamChannel {
     fn drop(&mut self) {
         // Ends the stream; unsettled messages go back to the broker when their leases lapse.
-        if let Some(reader) = self.reader.get_mut().unwrap_or_else(|p| p.into_inner()).take() {
+        if let Reader::Reading(reader) = self.reader.get_mut().unwrap_or_else(|p| p.into_inner()) {
             reader.abort();
         }
     }
@@ -97,7 +122,8 @@ fn read(
 }
 
 impl StreamChannel {
-    /// Subscribes to `path` (the subscription's full name) on the emulator or service at `endpoint`.
+    /// A channel on `path` (the subscription's full name) on the emulator or service at
+    /// `endpoint`; its stream opens on the first `receive`.
     pub(super) fn start(
         runtime: &GatewayRuntime,
         endpoint: String,
@@ -105,14 +131,34 @@ impl StreamChannel {
         gcp: &GcpSubscription,
         router: GcpProducer,
     ) -> StreamChannel {
-        let (subscription, ack_deadline, max_lease) = (gcp.subscription.clone(), gcp.ack_deadline, gcp.max_lease);
-        let counting = CountingReport::of(gcp);
         let (sender, inbox) = mpsc::channel(INBOX);
-        let source = subscription.routing_key.clone();
-        let warnings = ReaderWarnings::new(&subscription.name);
-        let shutdown = std::sync::Arc::new(Mutex::new(None));
-        let token = shutdown.clone();
-        let reader = runtime.spawn(async move {
+        let start = StreamStart { endpoint, path, ack_deadline: gcp.ack_deadline, max_lease: gcp.max_lease, sender };
+        StreamChannel {
+            runtime: runtime.clone(),
+            counting: CountingReport::of(gcp),
+            subscription: gcp.subscription.clone(),
+            router,
+            inbox: tokio::sync::Mutex::new(inbox),
+            max_lease: gcp.max_lease.unwrap_or(CLIENT_MAX_LEASE),
+            in_flight: Mutex::default(),
+            releases: Mutex::default(),
+            reader: Mutex::new(Reader::NotStarted(start)),
+            shutdown: std::sync::Arc::new(Mutex::new(None)),
+        }
+    }
+
+    /// Opens the stream if no `receive` has yet; a closed channel stays closed.
+    fn open(&self) {
+        let mut reader = self.reader.lock().unwrap_or_else(|p| p.into_inner());
+        if !matches!(*reader, Reader::NotStarted(_)) {
+            return;
+        }
+        let Reader::NotStarted(start) = std::mem::replace(&mut *reader, Reader::Closed) else { unreachable!() };
+        let source = self.subscription.routing_key.clone();
+        let warnings = ReaderWarnings::new(&self.subscription.name);
+        let token = self.shutdown.clone();
+        let StreamStart { endpoint, path, ack_deadline, max_lease, sender } = start;
+        *reader = Reader::Reading(self.runtime.spawn(async move {
             let subscriber = match Subscriber::builder()
                 .with_endpoint(endpoint)
                 .with_credentials(Anonymous::new().build())
@@ -151,18 +197,18 @@ impl StreamChannel {
                     }
                 }
             }
-        });
-        StreamChannel {
-            runtime: runtime.clone(),
-            counting,
-            subscription,
-            router,
-            inbox: tokio::sync::Mutex::new(inbox),
-            max_lease: max_lease.unwrap_or(CLIENT_MAX_LEASE),
-            in_flight: Mutex::default(),
-            reader: Mutex::new(Some(reader)),
-            shutdown,
-        }
+        }));
+    }
+
+    /// Keeps a release until the next `receive` or `close` (the module's second promise).
+    fn release(&self, handler: Handler) {
+        self.releases.lock().unwrap_or_else(|p| p.into_inner()).push(handler);
+    }
+
+    /// Sends the releases kept so far.
+    fn send_releases(&self) {
+        let releases = std::mem::take(&mut *self.releases.lock().unwrap_or_else(|p| p.into_inner()));
+        releases.into_iter().for_each(Handler::nack);
     }
 
     fn take(&self, message: &Message, operation: &'static str) -> Result<Handler, ChannelError> {
@@ -188,6 +234,8 @@ impl Channel for StreamChannel {
 
     async fn receive(&self, timeout: Duration) -> Result<Option<Message>, ChannelError> {
         let deadline = tokio::time::Instant::now() + timeout;
+        self.send_releases();
+        self.open();
         let mut inbox = self.inbox.lock().await;
         loop {
             let Ok(next) = tokio::time::timeout_at(deadline, inbox.recv()).await else { return Ok(None) };
@@ -228,7 +276,7 @@ impl Channel for StreamChannel {
         let settle = async move |after| {
             match after {
                 AfterRouting::Acknowledge => handler.ack(),
-                AfterRouting::Release => handler.nack(),
+                AfterRouting::Release => self.release(handler),
             }
             Ok(())
         };
@@ -240,7 +288,7 @@ impl Channel for StreamChannel {
     async fn requeue(&self, message: &Message, delay: Duration) -> Result<(), ChannelError> {
         let handler = self.take(message, "requeue")?;
         if delay.is_zero() {
-            handler.nack();
+            self.release(handler);
         } else {
             self.runtime.spawn(async move {
                 tokio::time::sleep(delay).await;
@@ -251,11 +299,13 @@ impl Channel for StreamChannel {
     }
 
     async fn nack(&self, message: &Message) -> Result<(), ChannelError> {
-        self.take(message, "nack")?.nack();
+        let handler = self.take(message, "nack")?;
+        self.release(handler);
         Ok(())
     }
 
-    /// Ends the stream, then nacks what the pump holds unsettled and shuts the subscriber down:
+    /// Ends the stream, then sends the releases kept, nacks what the pump holds unsettled and
+    /// shuts the subscriber down:
     /// it sends every pending ack and nack and nacks what it had read ahead, so all of it is
     /// delivered again at once (within `SHUTDOWN_CEILING`; past it, at the lapse of its lease).
     /// Awaited, so a process that exits after closing loses no settlement it made.
@@ -265,11 +315,12 @@ impl Channel for StreamChannel {
         // waits out the ack deadline, counted (DC-4 on pstest: 1 in about 60 runs, "not
         // redelivered within 1.9 s"). Dropping the stream (the reader task owns it) closes the
         // gRPC stream before its drop guard starts the shutdown that sends the nacks.
-        let reader = self.reader.lock().unwrap_or_else(|p| p.into_inner()).take();
-        if let Some(reader) = reader {
+        let reader = std::mem::replace(&mut *self.reader.lock().unwrap_or_else(|p| p.into_inner()), Reader::Closed);
+        if let Reader::Reading(reader) = reader {
             reader.abort();
             let _ = reader.await;
         }
+        self.send_releases();
         let held: Vec<Handler> =
             self.in_flight.lock().unwrap_or_else(|p| p.into_inner()).drain().map(|(_, h)| h).collect();
         held.into_iter().for_each(Handler::nack);
