@@ -61,11 +61,6 @@ pub struct ConfigurationEntry {
     /// the one consumer's budget instead of two pumps sharing it.
     #[serde(default)]
     pub single_consumer: bool,
-    /// The channel reads messages ahead of the pump (a Pub/Sub stream): a cell's own channel
-    /// has the broker's first delivery before any other consumer starts, so another process's
-    /// delivery presents at least 1; without it, exactly 0 (DC-4 checks both).
-    #[serde(default)]
-    pub reads_ahead: bool,
     /// The slowest measured time from a nack or a zero-delay requeue to the redelivery's arrival
     /// through a cell, in ms (BENCHMARKS.md, "Redelivery latency").
     pub redelivery_ms: u64,

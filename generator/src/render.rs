@@ -152,7 +152,6 @@ fn test_context(
     context.insert("lease", &lease);
     context.insert("cumulative_commit", &configuration.cumulative_commit);
     context.insert("single_consumer", &configuration.single_consumer);
-    context.insert("reads_ahead", &configuration.reads_ahead);
     context.insert("bounds", &configuration.bounds().expect("validated at load"));
     debug_assert!(manifest.variants.iter().any(|v| v == variant));
     context

@@ -25,10 +25,9 @@ fn a_delivery_to_another_process_counts() {
         let elsewhere = cell
             .release_elsewhere(concat!(module_path!(), "::a_delivery_to_another_process_counts"), sent.id(), 1, SETTLE)
             .await;
-        // Its delivery may not have been the first: a consumer that prefetches (this cell's own
-        // channel, streaming) counts as one too. This process's delivery comes after it.
+        // Nothing received it before the other process did (a channel takes no delivery before its
+        // first receive): its delivery was the broker's first.
         let before = elsewhere[0];
-        // Nothing received it before the other process did: its delivery was the broker's first.
         assert_eq!(before, 0, "the other process had the broker's first delivery, so it presents 0");
         let received = cell.receive_within(sent.id(), AT_ONCE).await.unwrap_or_else(|| {
             panic!("{} was not redelivered within {AT_ONCE:?} of the other process's release", sent.id())
