@@ -101,6 +101,49 @@ async fn ac42_stream_ordering_a_keyless_message_whose_lease_lapsed_is_redelivere
     lease_lapse(Consumption::Stream, true).await;
 }
 
+/// A stream channel dropped without `close`, in a process that goes on: its reader ends, the
+/// stream's drop starts the subscriber's shutdown, and the subscriber nacks what it still leases,
+/// a message held unsettled and a release kept for the next `receive` alike. Both come back to
+/// the next consumer at once (well inside the 10 s ack deadline they would otherwise wait out),
+/// each counted once more. A channel whose drop left its stream open would lease them for ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stream_a_channel_dropped_without_close_gives_back_what_it_held_at_once() {
+    let topic = unique("dropped");
+    let counted = subscription(&topic, Consumption::Stream, true);
+    let first = connection().channel(&counted).await.unwrap();
+    let (held, released) = (
+        Message::new(&topic, MessageType::Command, "held unsettled"),
+        Message::new(&topic, MessageType::Command, "released, the release kept"),
+    );
+    for message in [&held, &released] {
+        connection().producer(false).send(message).await.unwrap();
+    }
+    let mut received = Vec::new();
+    while received.len() < 2 {
+        let message = first.receive(Duration::from_millis(500)).await.unwrap();
+        received.extend(message);
+    }
+    let to_release = received.iter().find(|m| m.id() == released.id()).expect("the second message");
+    first.nack(to_release).await.unwrap();
+    drop(first);
+
+    let dropped = std::time::Instant::now();
+    let next = connection().channel(&counted).await.unwrap();
+    let mut back = Vec::new();
+    while back.len() < 2 {
+        assert!(dropped.elapsed() < Duration::from_secs(5), "given back by then: {back:?}");
+        if let Some(message) = next.receive(Duration::from_millis(500)).await.unwrap() {
+            back.push((message.id().to_string(), message.header.handled_count));
+            next.acknowledge(&message).await.unwrap();
+        }
+    }
+    back.sort();
+    let mut expected = vec![(held.id().to_string(), 1), (released.id().to_string(), 1)];
+    expected.sort();
+    assert_eq!(back, expected, "each back once, counted once more, within {:?}", dropped.elapsed());
+    next.close().await.unwrap();
+}
+
 #[test]
 fn r11_is_warned_once_at_channel_creation_and_never_on_receive() {
     let topic = unique("r11");

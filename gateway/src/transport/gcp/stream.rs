@@ -84,7 +84,9 @@ pub struct StreamChannel {
 
 impl Drop for StreamChannel {
     fn drop(&mut self) {
-        // Ends the stream; unsettled messages go back to the broker when their leases lapse.
+        // Ends the stream. Its drop starts the subscriber's shutdown, which nacks everything it
+        // still leases (held unsettled, or a release kept for the next receive): all of it is
+        // delivered again at once while the process lives, at its lease's lapse if it exits.
         if let Reader::Reading(reader) = self.reader.get_mut().unwrap_or_else(|p| p.into_inner()) {
             reader.abort();
         }
