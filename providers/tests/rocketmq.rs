@@ -206,7 +206,9 @@ fn group(topic: &str, lease: Duration) -> RocketMqSubscription {
 /// after the reset arrives on it, no error on the way), and the acknowledged message does not come
 /// back when its invisible time lapses. Should the acknowledge fail, it must say so (`Refused`)
 /// and the message must come back presenting 1: the pop attempt is the broker's (seen once under
-/// CI's load, with the producer's next send failing once as `Refused`, a broken pipe).
+/// CI's load, with the producer's next send failing once as `Refused`, a broken pipe, and the one
+/// after it refused by the client as "session closed" while it retired the broken session: the
+/// producer now sends again a send refused before writing, for up to 10 s).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_connection_reset_before_the_acknowledge_reconnects_and_settles_once() {
     let BehindAProxy { proxy, broker, connection, _folder } = broker_behind_a_proxy("proxied-rocketmq").await;

@@ -257,7 +257,9 @@ pub async fn acknowledge_after_the_reset(consumer: &dyn Channel, received: &Mess
 
 /// A send over a connection the proxy reset, on a client that connects again by itself: it may
 /// go through, or fail once saying the connection was lost (`Refused`: the write hit the reset
-/// socket, measured on RocketMQ under CI's load as a broken pipe); the next send must go through.
+/// socket, measured on RocketMQ under CI's load as a broken pipe, which no client may retry for
+/// it could deliver twice); the next send must go through (on RocketMQ, the gateway's producer
+/// sends again a send the client refused before writing while it retires the broken session).
 pub async fn send_after_the_reset(producer: &dyn Producer, message: &Message) {
     if let Err(lost) = producer.send(message).await {
         assert_eq!(lost.kind(), Some(ErrorKind::Refused), "a failed send reports the lost connection: {lost}");
