@@ -66,8 +66,10 @@ async fn dequeue_count_counts_every_delivery_across_nack_delay_lapse_and_a_new_c
     let nacked = receive(&*consumer, sent.id(), Duration::from_secs(5)).await.expect("back after a nack");
     presented.push(nacked.header.handled_count);
     let delay = Duration::from_secs(1);
-    consumer.requeue(&nacked, delay).await.unwrap();
+    // From before the call: the server starts the delay when the request reaches it, which may
+    // be before the call returns (a redelivery 999.9 ms after the return was seen on nats).
     let requeued_at = Instant::now();
+    consumer.requeue(&nacked, delay).await.unwrap();
     let delayed = receive(&*consumer, sent.id(), Duration::from_secs(5)).await.expect("back after the delay");
     assert!(requeued_at.elapsed() >= delay, "a delayed requeue came back sooner: {:?}", requeued_at.elapsed());
     presented.push(delayed.header.handled_count);
