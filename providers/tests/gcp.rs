@@ -101,11 +101,11 @@ async fn ac42_stream_ordering_a_keyless_message_whose_lease_lapsed_is_redelivere
     lease_lapse(Consumption::Stream, true).await;
 }
 
-/// A stream channel dropped without `close`, in a process that goes on: its reader ends, the
-/// stream's drop starts the subscriber's shutdown, and the subscriber nacks what it still leases,
-/// a message held unsettled and a release kept for the next `receive` alike. Both come back to
-/// the next consumer at once (well inside the 10 s ack deadline they would otherwise wait out),
-/// each counted once more. A channel whose drop left its stream open would lease them for ever.
+/// A stream channel dropped without `close`, in a process that goes on: its reader ends, and the
+/// handlers dropped with the channel nack what it held, a message held unsettled and a release
+/// kept for the next `receive` alike. Both come back to the next consumer at once (well inside
+/// the 10 s ack deadline they would otherwise wait out), each counted once more. A channel whose
+/// drop left its stream open would lease them for ever.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stream_a_channel_dropped_without_close_gives_back_what_it_held_at_once() {
     let topic = unique("dropped");
@@ -141,6 +141,30 @@ async fn stream_a_channel_dropped_without_close_gives_back_what_it_held_at_once(
     let mut expected = vec![(held.id().to_string(), 1), (released.id().to_string(), 1)];
     expected.sort();
     assert_eq!(back, expected, "each back once, counted once more, within {:?}", dropped.elapsed());
+    next.close().await.unwrap();
+}
+
+/// A stream's delayed requeue holds the message's lease in the process for the delay; `close`
+/// gives it back at once with everything else it holds (the subscriber's shutdown waits for every
+/// handler, so a close that left the delayed one waiting would take its 5 s ceiling and the
+/// message would come back only when the 60 s delay or the process ended).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stream_close_gives_back_a_delayed_requeue_at_once() {
+    let topic = unique("delayed-close");
+    let counted = subscription(&topic, Consumption::Stream, true);
+    let first = connection().channel(&counted).await.unwrap();
+    let sent = Message::new(&topic, MessageType::Command, "requeued with a delay, then closed");
+    connection().producer(false).send(&sent).await.unwrap();
+    let received = receive(first.as_ref(), sent.id(), Duration::from_secs(5)).await.expect("the first delivery");
+    first.requeue(&received, Duration::from_secs(60)).await.unwrap();
+    first.close().await.unwrap();
+
+    let next = connection().channel(&counted).await.unwrap();
+    let back = receive(next.as_ref(), sent.id(), Duration::from_secs(5))
+        .await
+        .expect("given back by close within 5 s, not after the 60 s delay");
+    assert_eq!(back.header.handled_count, 1, "back once, counted once more");
+    next.acknowledge(&back).await.unwrap();
     next.close().await.unwrap();
 }
 

@@ -7,6 +7,15 @@
 //! releases) is sent when the channel is next asked for a message or closed, after the stream
 //! has ended, so a release is never served back into a stream that is about to close, where the
 //! broker would count a delivery no one saw.
+//!
+//! "After the stream has ended" is the broker's view, not ours: dropping the stream only starts
+//! its end (the subscriber's tasks then send it over the network), and neither the official
+//! subscriber nor gRPC tells the client when the broker has dropped it. Traced on pstest, a nack
+//! sent as the stream was dropped reached the broker up to a millisecond before the stream's end
+//! did, in either order; a delivery round (every 10 ms there) falling in between served the
+//! release back into the dying stream. So the subscriber waits for our processing
+//! (`ShutdownBehavior::WaitForProcessing`: its own shutdown nacks nothing this channel holds),
+//! and `close` sends what it gives back `STREAM_END_GRACE` after dropping the stream.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -18,6 +27,7 @@ use google_cloud_pubsub::client::Subscriber;
 use google_cloud_pubsub::subscriber::handler::Handler;
 use google_cloud_pubsub::subscriber::{ShutdownBehavior, ShutdownToken};
 use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
 
 use super::producer::GcpProducer;
 use super::subscription::GcpSubscription;
@@ -35,6 +45,10 @@ use crate::transport::kit::{self, AfterRouting};
 const INBOX: usize = 16;
 /// How long `close` waits for the subscriber to send its pending acks and nacks.
 const SHUTDOWN_CEILING: Duration = Duration::from_secs(5);
+/// How long `close` waits, after dropping the stream, before it gives anything back: the time
+/// the stream's end takes to reach the broker (see the module's comment; BENCHMARKS.md has the
+/// figures it was derived from).
+const STREAM_END_GRACE: Duration = Duration::from_millis(200);
 /// The subscriber's own `max_lease` when the subscription sets none (its documented default).
 const CLIENT_MAX_LEASE: Duration = Duration::from_secs(60 * 60);
 
@@ -80,16 +94,22 @@ pub struct StreamChannel {
     reader: Mutex<Reader>,
     /// Shuts the stream down, once the reader has started it.
     shutdown: std::sync::Arc<Mutex<Option<ShutdownToken>>>,
+    /// Cancelled by `close` (or a drop): a delayed requeue still waiting gives its message back
+    /// then, as everything else held is.
+    closing: CancellationToken,
 }
 
 impl Drop for StreamChannel {
     fn drop(&mut self) {
-        // Ends the stream. Its drop starts the subscriber's shutdown, which nacks everything it
-        // still leases (held unsettled, or a release kept for the next receive): all of it is
-        // delivered again at once while the process lives, at its lease's lapse if it exits.
+        // Ends the stream; the handlers dropped with the channel (held unsettled, a release kept
+        // for the next receive, read ahead) nack what they hold, and a delayed requeue gives its
+        // message back now: all of it is delivered again at once while the process lives, at its
+        // lease's lapse if it exits. Unlike `close`, a drop cannot wait for the broker to see the
+        // stream's end first.
         if let Reader::Reading(reader) = self.reader.get_mut().unwrap_or_else(|p| p.into_inner()) {
             reader.abort();
         }
+        self.closing.cancel();
     }
 }
 
@@ -146,6 +166,7 @@ impl StreamChannel {
             releases: Mutex::default(),
             reader: Mutex::new(Reader::NotStarted(start)),
             shutdown: std::sync::Arc::new(Mutex::new(None)),
+            closing: CancellationToken::new(),
         }
     }
 
@@ -173,12 +194,12 @@ impl StreamChannel {
                 }
             };
             // The stream's ack deadline follows the subscription's (the client's default is 60 s).
-            // On shutdown (close) the subscriber sends the acks and nacks still pending and nacks
-            // what it holds, so all of it is delivered again at once, not after a lapse.
+            // The subscriber's shutdown (started when the stream is dropped) waits until every
+            // handler is settled or dropped: `close` decides when what it holds goes back.
             let mut builder = subscriber
                 .subscribe(path.clone())
                 .set_max_lease_extension(ack_deadline)
-                .set_shutdown_behavior(ShutdownBehavior::NackImmediately);
+                .set_shutdown_behavior(ShutdownBehavior::WaitForProcessing);
             if let Some(max_lease) = max_lease {
                 builder = builder.set_max_lease(max_lease);
             }
@@ -286,14 +307,19 @@ impl Channel for StreamChannel {
     }
 
     /// The stream has no per-message deadline: the handler (and so the lease, which the
-    /// subscriber keeps extending) is held for the delay, then the message is nacked.
+    /// subscriber keeps extending) is held for the delay, then the message is nacked; closing
+    /// the channel nacks it at once.
     async fn requeue(&self, message: &Message, delay: Duration) -> Result<(), ChannelError> {
         let handler = self.take(message, "requeue")?;
         if delay.is_zero() {
             self.release(handler);
         } else {
+            let closing = self.closing.clone();
             self.runtime.spawn(async move {
-                tokio::time::sleep(delay).await;
+                tokio::select! {
+                    () = tokio::time::sleep(delay) => {}
+                    () = closing.cancelled() => {}
+                }
                 handler.nack();
             });
         }
@@ -306,26 +332,34 @@ impl Channel for StreamChannel {
         Ok(())
     }
 
-    /// Ends the stream, then sends the releases kept, nacks what the pump holds unsettled and
-    /// shuts the subscriber down:
-    /// it sends every pending ack and nack and nacks what it had read ahead, so all of it is
-    /// delivered again at once (within `SHUTDOWN_CEILING`; past it, at the lapse of its lease).
-    /// Awaited, so a process that exits after closing loses no settlement it made.
+    /// Ends the stream, waits `STREAM_END_GRACE` for the broker to see it end, then gives back
+    /// everything held (the releases kept, what the pump holds unsettled, a delayed requeue
+    /// still waiting, what was read ahead) and shuts the subscriber down: it sends every pending
+    /// ack and nack, so all of it is delivered again at once (within `SHUTDOWN_CEILING`; past
+    /// it, at the lapse of its lease). Awaited, so a process that exits after closing loses no
+    /// settlement it made.
     async fn close(&self) -> Result<(), ChannelError> {
-        // The stream ends first. A nack sent while it is open can be served straight back into
-        // it; arriving while the subscriber shuts down, that delivery is taken by no one and
-        // waits out the ack deadline, counted (DC-4 on pstest: 1 in about 60 runs, "not
-        // redelivered within 1.9 s"). Dropping the stream (the reader task owns it) closes the
-        // gRPC stream before its drop guard starts the shutdown that sends the nacks.
+        // The stream ends first. A nack the broker receives while the stream is open can be
+        // served straight back into it; arriving as the subscriber shuts down, that delivery is
+        // taken by no one and waits out the ack deadline, counted (DC-4 on pstest: "not
+        // redelivered within 5.72 s of the other process's release", 2 in 6,100 runs under the
+        // all-transport load). Dropping the stream (the reader task owns it) starts its end.
         let reader = std::mem::replace(&mut *self.reader.lock().unwrap_or_else(|p| p.into_inner()), Reader::Closed);
-        if let Reader::Reading(reader) = reader {
-            reader.abort();
-            let _ = reader.await;
-        }
+        let Reader::Reading(reader) = reader else { return Ok(()) };
+        reader.abort();
+        let _ = reader.await;
+        self.runtime.call(tokio::time::sleep(STREAM_END_GRACE)).await;
         self.send_releases();
         let held: Vec<Handler> =
             self.in_flight.lock().unwrap_or_else(|p| p.into_inner()).drain().map(|(_, h)| h).collect();
         held.into_iter().for_each(Handler::nack);
+        self.closing.cancel();
+        let mut inbox = self.inbox.lock().await;
+        inbox.close();
+        while let Ok((_, read_ahead, _)) = inbox.try_recv() {
+            read_ahead.nack();
+        }
+        drop(inbox);
         let token = self.shutdown.lock().unwrap_or_else(|p| p.into_inner()).take();
         if let Some(token) = token {
             let shut = self.runtime.call(async move { tokio::time::timeout(SHUTDOWN_CEILING, token.shutdown()).await });
