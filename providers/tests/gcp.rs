@@ -168,6 +168,31 @@ async fn stream_close_gives_back_a_delayed_requeue_at_once() {
     next.close().await.unwrap();
 }
 
+/// Making a channel is a few calls (its topics, its subscription), each under the subscription's
+/// `call_deadline`: through a proxy holding every byte 1.5 s each way, a 2 s deadline cuts the
+/// setup off as a `Timeout` (the connection itself is lazy: its handshake rides the first call).
+/// Once the emulator answers again, the same connection makes the channel and it carries a
+/// message presenting 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_channel_past_its_deadline_fails_as_a_timeout_and_succeeds_once_the_emulator_answers() {
+    let (endpoint, project) = providers::gcp::endpoint();
+    let (proxy, url) = proxied(endpoint).await;
+    let through_proxy = GcpConnection::emulator(&url, project).unwrap();
+    let topic = unique("setup-deadline");
+    let mut slow = subscription(&topic, Consumption::Pull, true);
+    slow.call_deadline = Duration::from_secs(2);
+    let making = async { through_proxy.channel(&slow).await.map(drop) };
+    cut_off_at_its_deadline(&proxy, Duration::from_millis(1500), Duration::from_millis(2900), making).await;
+    proxy.delay(Duration::ZERO);
+    let consumer = through_proxy.channel(&slow).await.expect("a channel once the emulator answers");
+    let sent = Message::new(&topic, MessageType::Command, "after the slow setup");
+    connection().producer(false).send(&sent).await.unwrap();
+    let received =
+        receive(consumer.as_ref(), sent.id(), Duration::from_secs(10)).await.expect("the channel carries it");
+    assert_eq!(received.header.handled_count, 0);
+    consumer.acknowledge(&received).await.unwrap();
+}
+
 #[test]
 fn r11_is_warned_once_at_channel_creation_and_never_on_receive() {
     let topic = unique("r11");

@@ -1,6 +1,7 @@
 //! The connection to a Pub/Sub endpoint, subscriptions, and channel creation per make-channels.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use tonic::transport::{Channel as GrpcChannel, Endpoint};
 
@@ -9,12 +10,13 @@ use super::pb::{self, publisher_client::PublisherClient, subscriber_client::Subs
 use super::producer::GcpProducer;
 use super::pull::PullChannel;
 use super::stream::StreamChannel;
-use super::subscription::{Consumption, GcpSubscription};
+use super::subscription::{Consumption, GcpSubscription, DEFAULT_CALL_DEADLINE};
 use crate::budget;
 use crate::channel::Channel;
 use crate::error::ChannelError;
 use crate::runtime::GatewayRuntime;
 use crate::subscription::{MakeChannels, Subscription};
+use crate::transport::kit;
 
 /// A Pub/Sub endpoint (an emulator or fake: plaintext gRPC, anonymous credentials) and project.
 #[derive(Clone)]
@@ -82,10 +84,16 @@ impl GcpConnection {
         &self.endpoint
     }
 
+    /// Creates `topic` unless it exists, within `DEFAULT_CALL_DEADLINE`.
     pub async fn create_topic(&self, topic: &str) -> Result<(), ChannelError> {
+        self.create_topic_within(topic, DEFAULT_CALL_DEADLINE).await
+    }
+
+    async fn create_topic_within(&self, topic: &str, deadline: Duration) -> Result<(), ChannelError> {
         let mut client = PublisherClient::new(self.grpc.clone());
         let request = pb::Topic { name: self.topic_path(topic), ..Default::default() };
-        let result = self.runtime.call(async move { client.create_topic(request).await }).await;
+        let call = async move { client.create_topic(request).await };
+        let result = kit::within(&self.runtime, topic, "create topic", deadline, call).await?;
         created_or_exists(result).map_err(|e| broker_error(topic, "create topic", e))
     }
 
@@ -107,14 +115,24 @@ impl GcpConnection {
             ..Default::default()
         };
         let mut client = self.subscriber_client();
-        let result = self.runtime.call(async move { client.create_subscription(request).await }).await;
+        let call = async move { client.create_subscription(request).await };
+        let deadline = subscription.call_deadline;
+        let result = kit::within(&self.runtime, &common.name, "create subscription", deadline, call).await?;
         created_or_exists(result).map_err(|e| broker_error(&common.name, "create subscription", e))
     }
 
-    async fn subscription_exists(&self, name: &str) -> bool {
+    /// Whether the subscription exists; an answer that does not come in time is an error, not a no.
+    async fn subscription_exists(&self, subscription: &GcpSubscription) -> Result<bool, ChannelError> {
+        let name = &subscription.subscription.name;
         let mut client = self.subscriber_client();
         let request = pb::GetSubscriptionRequest { subscription: self.subscription_path(name) };
-        self.runtime.call(async move { client.get_subscription(request).await }).await.is_ok()
+        let call = async move { client.get_subscription(request).await };
+        let answer = kit::within(&self.runtime, name, "get subscription", subscription.call_deadline, call).await?;
+        match answer {
+            Ok(_) => Ok(true),
+            Err(status) if status.code() == tonic::Code::NotFound => Ok(false),
+            Err(status) => Err(broker_error(name, "get subscription", status)),
+        }
     }
 
     /// The consumer channel of a subscription: creates or checks its topics and subscription per
@@ -129,11 +147,11 @@ impl GcpConnection {
                     &subscription.native_dead_letter_topic,
                 ];
                 for topic in std::iter::once(&common.routing_key).chain(destinations.into_iter().flatten()) {
-                    self.create_topic(topic).await?;
+                    self.create_topic_within(topic, subscription.call_deadline).await?;
                 }
                 self.create_subscription(subscription).await?;
             }
-            MakeChannels::Validate if !self.subscription_exists(&common.name).await => {
+            MakeChannels::Validate if !self.subscription_exists(subscription).await? => {
                 return Err(ChannelError::Missing { channel: common.name.clone() });
             }
             MakeChannels::Validate | MakeChannels::Assume => {}

@@ -31,14 +31,19 @@ pub struct GcpSubscription {
     /// dead-letter routing key.
     pub native_dead_letter_topic: Option<String>,
     pub ack_deadline: Duration,
-    /// Pull only: how long an Acknowledge or ModifyAckDeadline (a settlement) waits for its answer
-    /// before failing as a `Timeout`: the generated client has no deadline of its own, and a
-    /// server that stops answering must not hold a pump for ever. 60 s, as a Pull's.
+    /// How long an Acknowledge or ModifyAckDeadline (a pull's settlement), and each call that
+    /// makes the channel (its topics, its subscription, the check that it exists), waits for
+    /// its answer before failing as a `Timeout`: the generated client has no deadline of its
+    /// own, and a server that stops answering must not hold a pump or its setup for ever. 60 s,
+    /// as a Pull's.
     pub call_deadline: Duration,
     /// Stream only: how long the subscriber keeps extending a held message's lease (the
     /// official client's default, 60 minutes, when `None`).
     pub max_lease: Option<Duration>,
 }
+
+/// `GcpSubscription::call_deadline`'s default, also the deadline of a topic made outside a channel.
+pub const DEFAULT_CALL_DEADLINE: Duration = Duration::from_secs(60);
 
 impl GcpSubscription {
     pub fn new(subscription: Subscription, consumption: Consumption) -> GcpSubscription {
@@ -49,7 +54,7 @@ impl GcpSubscription {
             dead_letter_policy: None,
             native_dead_letter_topic: None,
             ack_deadline: Duration::from_secs(10),
-            call_deadline: Duration::from_secs(60),
+            call_deadline: DEFAULT_CALL_DEADLINE,
             max_lease: None,
         }
     }
