@@ -168,6 +168,47 @@ async fn stream_close_gives_back_a_delayed_requeue_at_once() {
     next.close().await.unwrap();
 }
 
+/// A stream channel reads ahead; the subscriber extends a read-ahead message's lease only until
+/// the subscription's `max_lease` (1 s here), so pstest delivers it again when its 10 s ack
+/// deadline lapses, to another consumer, counted. The copy still waiting in the first channel
+/// is stale: handed out, it would present 0 after the broker's second delivery (and after the
+/// other consumer acknowledged it). The channel drops it, and hands out nothing of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stream_a_read_ahead_copy_whose_lease_lapsed_is_not_handed_out() {
+    let topic = unique("stale");
+    let mut leased_briefly = subscription(&topic, Consumption::Stream, true);
+    leased_briefly.max_lease = Some(Duration::from_secs(1));
+    let first = connection().channel(&leased_briefly).await.unwrap();
+    let (taken, read_ahead) = (
+        Message::new(&topic, MessageType::Command, "taken at once"),
+        Message::new(&topic, MessageType::Command, "read ahead, then left"),
+    );
+    for message in [&taken, &read_ahead] {
+        connection().producer(false).send(message).await.unwrap();
+    }
+    // One receive: the stream reads both, the other waits in the inbox.
+    let handed = loop {
+        if let Some(message) = first.receive(Duration::from_millis(500)).await.unwrap() {
+            break message;
+        }
+    };
+    let left_id = if handed.id() == taken.id() { read_ahead.id() } else { taken.id() }.to_owned();
+    first.acknowledge(&handed).await.unwrap();
+
+    let other = connection().channel(&leased_briefly).await.unwrap();
+    let elsewhere = receive(other.as_ref(), &left_id, Duration::from_secs(20))
+        .await
+        .expect("delivered again to the other consumer when the unextended lease lapsed");
+    assert_eq!(elsewhere.header.handled_count, 1, "the broker's second delivery presents 1");
+    other.acknowledge(&elsewhere).await.unwrap();
+
+    if let Some(stale) = receive(first.as_ref(), &left_id, Duration::from_secs(2)).await {
+        panic!("the first channel handed out its stale copy presenting {}", stale.header.handled_count);
+    }
+    first.close().await.unwrap();
+    other.close().await.unwrap();
+}
+
 /// Making a channel is a few calls (its topics, its subscription), each under the subscription's
 /// `call_deadline`: through a proxy holding every byte 1.5 s each way, a 2 s deadline cuts the
 /// setup off as a `Timeout` (the connection itself is lazy: its handshake rides the first call).
