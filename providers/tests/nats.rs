@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use gateway::transport::nats::{NatsConnection, NatsSubscription};
-use gateway::{Channel, Message, MessageType, Producer, Subscription};
+use gateway::{Channel, GatewayRuntime, Message, MessageType, Producer, Subscription};
 
 mod support;
 use support::proxy::proxied;
@@ -126,6 +126,38 @@ async fn a_connection_reset_before_the_acknowledge_reconnects_and_settles_once()
     let acknowledged = acknowledge_after_the_reset(&*consumer, &received).await;
     let back = receive(&*consumer, sent.id(), lease + Duration::from_secs(5)).await;
     settled_once_or_back(acknowledged, back, 1);
+}
+
+/// Connecting through a proxy holding every byte 1.5 s each way (the server's INFO, then CONNECT
+/// and PING answered by PONG) fails as a `Timeout` at a 2 s deadline, and so does making a
+/// channel on a connection through it (its streams and consumer, each under the subscription's
+/// `call_deadline`). Once the server answers again both succeed and the channel carries a message
+/// presenting 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connect_and_a_channel_past_their_deadlines_fail_as_timeouts_and_succeed_once_the_server_answers() {
+    let (proxy, url) = proxied(providers::nats::url()).await;
+    let (deadline, delay, before_the_answer) =
+        (Duration::from_secs(2), Duration::from_millis(1500), Duration::from_millis(2900));
+    let connecting = NatsConnection::connect_within(&url, GatewayRuntime::shared(), deadline);
+    cut_off_at_its_deadline(&proxy, delay, before_the_answer, connecting).await;
+    proxy.delay(Duration::ZERO);
+    let through_proxy = NatsConnection::connect_within(&url, GatewayRuntime::shared(), deadline)
+        .await
+        .expect("a connect once the server answers");
+    let subject = unique("setup-deadline");
+    let mut on_nats = NatsSubscription::new(Subscription::new(format!("{subject}-group"), &subject));
+    on_nats.call_deadline = deadline;
+    cut_off_at_its_deadline(&proxy, delay, before_the_answer, async {
+        through_proxy.channel(&on_nats).await.map(drop)
+    })
+    .await;
+    proxy.delay(Duration::ZERO);
+    let consumer = through_proxy.channel(&on_nats).await.expect("a channel once the server answers");
+    let sent = Message::new(&subject, MessageType::Command, "after the slow setup");
+    connection().producer().send(&sent).await.unwrap();
+    let received = receive(&*consumer, sent.id(), Duration::from_secs(10)).await.expect("the channel carries it");
+    assert_eq!(received.header.handled_count, 0);
+    consumer.acknowledge(&received).await.unwrap();
 }
 
 /// Past a settlement's deadline: every byte held 1.5 s each way against a 2 s call deadline

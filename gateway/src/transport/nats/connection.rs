@@ -18,8 +18,11 @@ use crate::endpoint::without_credentials;
 use crate::error::{BoxError, ChannelError};
 use crate::runtime::GatewayRuntime;
 use crate::subscription::MakeChannels;
+use crate::transport::kit;
 
-const CONNECTION_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long connecting (the socket, the server's INFO, CONNECT and its PONG) may take before it
+/// fails as a `Timeout`: async-nats's own default, 5 s.
+pub const CONNECT_DEADLINE: Duration = Duration::from_secs(5);
 /// How long a request (a settlement, a JetStream API call) waits for its answer: the client's
 /// request timeout, so a server that stops answering fails the call as a `Timeout`.
 const CALL_DEADLINE: Duration = Duration::from_secs(10);
@@ -59,14 +62,23 @@ impl NatsConnection {
     /// As `connect`, with this connection's calls on `runtime` (the client's connection task runs
     /// on the runtime current when it connects: the gateway's, never a caller's).
     pub async fn connect_on(url: &str, runtime: GatewayRuntime) -> Result<NatsConnection, ChannelError> {
+        NatsConnection::connect_within(url, runtime, CONNECT_DEADLINE).await
+    }
+
+    /// As `connect_on`, connecting failing as a `Timeout` once it has taken `deadline`: the
+    /// client's own timeout covers each attempt at a socket, the whole connect is held to it too.
+    pub async fn connect_within(
+        url: &str,
+        runtime: GatewayRuntime,
+        deadline: Duration,
+    ) -> Result<NatsConnection, ChannelError> {
         let shown = without_credentials(url);
         let address: ServerAddr = url.parse().map_err(|e| broker_error(&shown, "connect", e))?;
         let options = with_credentials(ConnectOptions::new(), &address)
-            .connection_timeout(CONNECTION_TIMEOUT)
+            .connection_timeout(deadline)
             .request_timeout(Some(CALL_DEADLINE));
-        let client = runtime
-            .call(async move { options.connect(address).await })
-            .await
+        let client = kit::within(&runtime, &shown, "connect", deadline, async move { options.connect(address).await })
+            .await?
             .map_err(|e| broker_error(&shown, "connect", e))?;
         let jetstream = jetstream::new(client.clone());
         Ok(NatsConnection { url: url.to_owned(), client, jetstream, runtime })
@@ -86,6 +98,10 @@ impl NatsConnection {
     /// (message schedules allowed: see `NatsProducer::send_with_delay`); an existing one is kept
     /// as it is.
     pub async fn create_stream(&self, subject: &str) -> Result<(), ChannelError> {
+        self.create_stream_within(subject, CALL_DEADLINE).await
+    }
+
+    async fn create_stream_within(&self, subject: &str, deadline: Duration) -> Result<(), ChannelError> {
         let jetstream = self.jetstream.clone();
         let config = stream::Config {
             name: name_for(subject),
@@ -93,9 +109,9 @@ impl NatsConnection {
             allow_message_schedules: true,
             ..Default::default()
         };
-        self.runtime
-            .call(async move { jetstream.get_or_create_stream(config).await.map(drop) })
-            .await
+        let creating = async move { jetstream.get_or_create_stream(config).await.map(drop) };
+        kit::within(&self.runtime, subject, "create stream", deadline, creating)
+            .await?
             .map_err(|e| broker_error(subject, "create stream", e))
     }
 
@@ -114,12 +130,12 @@ impl NatsConnection {
             ..Default::default()
         };
         let (jetstream, stream) = (self.jetstream.clone(), name_for(&common.routing_key));
-        self.runtime
-            .call(async move {
-                let stream = jetstream.get_stream(stream).await?;
-                stream.create_consumer(config).await.map_err(BoxError::from)
-            })
-            .await
+        let creating = async move {
+            let stream = jetstream.get_stream(stream).await?;
+            stream.create_consumer(config).await.map_err(BoxError::from)
+        };
+        kit::within(&self.runtime, &common.name, "create consumer", subscription.call_deadline, creating)
+            .await?
             .map_err(|e| broker_error(&common.name, "create consumer", e))
     }
 
@@ -127,13 +143,12 @@ impl NatsConnection {
     async fn existing_consumer(&self, subscription: &NatsSubscription) -> Result<Option<PullConsumer>, ChannelError> {
         let common = &subscription.subscription;
         let (jetstream, stream, name) = (self.jetstream.clone(), name_for(&common.routing_key), name_for(&common.name));
-        let found = self
-            .runtime
-            .call(async move {
-                let stream = jetstream.get_stream(stream).await?;
-                stream.get_consumer::<pull::Config>(&name).await
-            })
-            .await;
+        let finding = async move {
+            let stream = jetstream.get_stream(stream).await?;
+            stream.get_consumer::<pull::Config>(&name).await
+        };
+        let found =
+            kit::within(&self.runtime, &common.name, "find consumer", subscription.call_deadline, finding).await?;
         match found {
             Ok(consumer) => Ok(Some(consumer)),
             Err(error) if error.to_string().to_lowercase().contains("not found") => Ok(None),
@@ -150,7 +165,7 @@ impl NatsConnection {
             MakeChannels::Create => {
                 let destinations = [&common.dead_letter_routing_key, &common.invalid_message_routing_key];
                 for subject in std::iter::once(&common.routing_key).chain(destinations.into_iter().flatten()) {
-                    self.create_stream(subject).await?;
+                    self.create_stream_within(subject, subscription.call_deadline).await?;
                 }
                 self.create_consumer(subscription).await?
             }

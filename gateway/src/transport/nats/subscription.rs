@@ -18,8 +18,9 @@ pub struct NatsSubscription {
     /// The consumer's `max_deliver`: after this many deliveries the server stops delivering the
     /// message (it routes nothing). `None`: unlimited.
     pub max_deliver: Option<u32>,
-    /// How long a settlement (a request to the message's ack subject) waits for the server's
-    /// answer before failing as a `Timeout`. 10 s, as the client's request timeout.
+    /// How long a settlement (a request to the message's ack subject), and each call that makes
+    /// the channel (its streams, its consumer, or the check that it exists), waits for the
+    /// server's answer before failing as a `Timeout`. 10 s, as the client's request timeout.
     pub call_deadline: Duration,
 }
 
