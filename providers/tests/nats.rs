@@ -13,8 +13,9 @@ use gateway::{Channel, GatewayRuntime, Message, MessageType, Producer, Subscript
 mod support;
 use support::proxy::proxied;
 use support::{
-    acknowledge_after_the_reset, cut_off_at_its_deadline, receive, send_and_defer_twice, settled_once_or_back,
-    third_delivery_spends_the_budget, under_a_budget_of_three, unique, KeptFolder,
+    a_connect_and_a_channel_past_their_deadlines, acknowledge_after_the_reset, cut_off_at_its_deadline, receive,
+    send_and_defer_twice, settled_once_or_back, third_delivery_spends_the_budget, under_a_budget_of_three, unique,
+    KeptFolder, SETUP_DEADLINE,
 };
 
 fn connection() -> &'static NatsConnection {
@@ -136,28 +137,17 @@ async fn a_connection_reset_before_the_acknowledge_reconnects_and_settles_once()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_connect_and_a_channel_past_their_deadlines_fail_as_timeouts_and_succeed_once_the_server_answers() {
     let (proxy, url) = proxied(providers::nats::url()).await;
-    let (deadline, delay, before_the_answer) =
-        (Duration::from_secs(2), Duration::from_millis(1500), Duration::from_millis(2900));
-    let connecting = NatsConnection::connect_within(&url, GatewayRuntime::shared(), deadline);
-    cut_off_at_its_deadline(&proxy, delay, before_the_answer, connecting).await;
-    proxy.delay(Duration::ZERO);
-    let through_proxy = NatsConnection::connect_within(&url, GatewayRuntime::shared(), deadline)
-        .await
-        .expect("a connect once the server answers");
     let subject = unique("setup-deadline");
     let mut on_nats = NatsSubscription::new(Subscription::new(format!("{subject}-group"), &subject));
-    on_nats.call_deadline = deadline;
-    cut_off_at_its_deadline(&proxy, delay, before_the_answer, async {
-        through_proxy.channel(&on_nats).await.map(drop)
-    })
+    on_nats.call_deadline = SETUP_DEADLINE;
+    a_connect_and_a_channel_past_their_deadlines(
+        &proxy,
+        async || NatsConnection::connect_within(&url, GatewayRuntime::shared(), SETUP_DEADLINE).await,
+        async |through_proxy: &NatsConnection| through_proxy.channel(&on_nats).await,
+        &connection().producer(),
+        &subject,
+    )
     .await;
-    proxy.delay(Duration::ZERO);
-    let consumer = through_proxy.channel(&on_nats).await.expect("a channel once the server answers");
-    let sent = Message::new(&subject, MessageType::Command, "after the slow setup");
-    connection().producer().send(&sent).await.unwrap();
-    let received = receive(&*consumer, sent.id(), Duration::from_secs(10)).await.expect("the channel carries it");
-    assert_eq!(received.header.handled_count, 0);
-    consumer.acknowledge(&received).await.unwrap();
 }
 
 /// Past a settlement's deadline: every byte held 1.5 s each way against a 2 s call deadline

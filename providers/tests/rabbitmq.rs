@@ -19,9 +19,10 @@ use gateway::{Channel, GatewayRuntime, Message, MessageType, Producer, Subscript
 mod support;
 use support::proxy::proxied;
 use support::{
-    a_receive_past_its_deadline_times_out, a_slow_broker_loses_nothing, assert_refused, comes_back_counted,
-    cut_off_at_its_deadline, receive, reset_before_acknowledge, send_and_defer_twice, third_delivery_spends_the_budget,
-    under_a_budget_of_three, unique, KeptFolder,
+    a_connect_and_a_channel_past_their_deadlines, a_receive_past_its_deadline_times_out, a_slow_broker_loses_nothing,
+    assert_refused, comes_back_counted, cut_off_at_its_deadline, receive, reset_before_acknowledge,
+    send_and_defer_twice, third_delivery_spends_the_budget, under_a_budget_of_three, unique, KeptFolder,
+    SETUP_DEADLINE,
 };
 
 fn connection() -> &'static RabbitMqConnection {
@@ -491,26 +492,15 @@ async fn a_publish_past_its_confirm_deadline_fails_as_a_timeout_and_the_message_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_connect_and_a_channel_past_their_deadlines_fail_as_timeouts_and_succeed_once_the_node_answers() {
     let (proxy, url) = proxied(providers::rabbitmq::url()).await;
-    let (deadline, delay, before_the_answer) =
-        (Duration::from_secs(2), Duration::from_millis(1500), Duration::from_millis(2900));
-    let connecting = RabbitMqConnection::connect_within(&url, GatewayRuntime::shared(), deadline);
-    cut_off_at_its_deadline(&proxy, delay, before_the_answer, connecting).await;
-    proxy.delay(Duration::ZERO);
-    let through_proxy = RabbitMqConnection::connect_within(&url, GatewayRuntime::shared(), deadline)
-        .await
-        .expect("a connect once the node answers");
     let queue = unique("setup-deadline");
     let mut subscription = RabbitMqSubscription::quorum(Subscription::new(format!("{queue}-sub"), &queue), None);
-    subscription.call_deadline = deadline;
-    cut_off_at_its_deadline(&proxy, delay, before_the_answer, async {
-        through_proxy.channel(&subscription).await.map(drop)
-    })
+    subscription.call_deadline = SETUP_DEADLINE;
+    a_connect_and_a_channel_past_their_deadlines(
+        &proxy,
+        async || RabbitMqConnection::connect_within(&url, GatewayRuntime::shared(), SETUP_DEADLINE).await,
+        async |through_proxy: &RabbitMqConnection| through_proxy.channel(&subscription).await,
+        &connection().producer(),
+        &queue,
+    )
     .await;
-    proxy.delay(Duration::ZERO);
-    let consumer = through_proxy.channel(&subscription).await.expect("a channel once the node answers");
-    let sent = Message::new(&queue, MessageType::Command, "after the slow setup");
-    connection().producer().send(&sent).await.unwrap();
-    let received = receive(&*consumer, sent.id(), Duration::from_secs(10)).await.expect("the channel carries it");
-    assert_eq!(received.header.handled_count, 0);
-    consumer.acknowledge(&received).await.unwrap();
 }

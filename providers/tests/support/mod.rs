@@ -187,6 +187,48 @@ pub async fn cut_off_at_its_deadline<T: std::fmt::Debug>(
     waited
 }
 
+/// The setup deadline the connect-and-channel tests give a connect and a channel: every byte
+/// through the proxy is held `SETUP_DELAY` each way, so one round trip (3 s) outlasts it.
+pub const SETUP_DEADLINE: Duration = Duration::from_secs(2);
+const SETUP_DELAY: Duration = Duration::from_millis(1500);
+/// A call cut off at `SETUP_DEADLINE` ends before the late answer (3 s) could have ended it.
+const BEFORE_THE_ANSWER: Duration = Duration::from_millis(2900);
+
+/// With every byte through `proxy` held 1.5 s each way, `call` (one or more round trips, under a
+/// deadline of `SETUP_DEADLINE`) fails as a `Timeout` at its deadline. The delay stays set.
+pub async fn setup_cut_off<T: std::fmt::Debug>(
+    proxy: &proxy::FaultProxy,
+    call: impl std::future::Future<Output = Result<T, ChannelError>>,
+) {
+    cut_off_at_its_deadline(proxy, SETUP_DELAY, BEFORE_THE_ANSWER, call).await;
+}
+
+/// The connect-and-channel tests' body: with every byte through `proxy` held 1.5 s each way,
+/// `connect` (whose deadline is `SETUP_DEADLINE`) fails as a `Timeout` at its deadline; once the
+/// broker answers again it succeeds. Then `channel` on that connection through the proxy (under a
+/// `call_deadline` of `SETUP_DEADLINE`) fails the same way, and succeeds once the delay is lifted.
+/// The channel carries a message `producer` sends to `topic`, presenting 0.
+pub async fn a_connect_and_a_channel_past_their_deadlines<C>(
+    proxy: &proxy::FaultProxy,
+    connect: impl AsyncFn() -> Result<C, ChannelError>,
+    channel: impl AsyncFn(&C) -> Result<Arc<dyn Channel>, ChannelError>,
+    producer: &dyn Producer,
+    topic: &str,
+) {
+    cut_off_at_its_deadline(proxy, SETUP_DELAY, BEFORE_THE_ANSWER, async { connect().await.map(drop) }).await;
+    proxy.delay(Duration::ZERO);
+    let through_proxy = connect().await.expect("a connect once the broker answers");
+    cut_off_at_its_deadline(proxy, SETUP_DELAY, BEFORE_THE_ANSWER, async { channel(&through_proxy).await.map(drop) })
+        .await;
+    proxy.delay(Duration::ZERO);
+    let consumer = channel(&through_proxy).await.expect("a channel once the broker answers");
+    let sent = Message::new(topic, MessageType::Command, "after the slow setup");
+    producer.send(&sent).await.unwrap();
+    let received = receive(&*consumer, sent.id(), Duration::from_secs(20)).await.expect("the channel carries it");
+    assert_eq!(received.header.handled_count, 0);
+    consumer.acknowledge(&received).await.unwrap();
+}
+
 /// The latency tests' body: `sent` (already sent) is waited for on `consumer`, whose connection
 /// goes through `proxy`, every byte held `delay` each way, longer than each receive waits
 /// (500 ms). A receive that stops waiting must not lose what the broker answered it with: the
