@@ -11,14 +11,16 @@ use std::time::{Duration, Instant};
 
 use gateway::error::ErrorKind;
 use gateway::rejection::{keys, Rejection};
+use gateway::runtime::GatewayRuntime;
 use gateway::transport::kafka::{KafkaConnection, KafkaSubscription};
 use gateway::{Channel, Message, MessageType, Producer, Subscription};
 
 mod support;
 use support::proxy::FaultProxy;
 use support::{
-    a_slow_broker_loses_nothing, acknowledge_after_the_reset, cut_off_at_its_deadline, receive, send_and_defer_twice,
-    settled_once_or_back, third_delivery_spends_the_budget, under_a_budget_of_three, unique, KeptFolder,
+    a_connect_and_a_channel_past_their_deadlines, a_slow_broker_loses_nothing, acknowledge_after_the_reset,
+    cut_off_at_its_deadline, receive, send_and_defer_twice, settled_once_or_back, third_delivery_spends_the_budget,
+    under_a_budget_of_three, unique, KeptFolder, SETUP_DEADLINE,
 };
 
 fn connection() -> &'static KafkaConnection {
@@ -288,6 +290,32 @@ async fn a_commit_past_its_deadline_fails_as_a_timeout_and_the_commit_that_arriv
     let back = receive(&*recreated, sent.id(), Duration::from_secs(15)).await;
     assert!(back.is_none(), "the commit reached the node in time, yet the record was read again");
     recreated.close().await.unwrap();
+    node.stop(Duration::from_secs(60)).unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// Connecting and making a channel past their deadlines, through the proxy the node advertises:
+/// every byte held 1.5 s each way. A connect's check that the cluster answers (librdkafka's
+/// ApiVersion exchange and a metadata request through the bootstrap, then the same to the
+/// advertised address) fails as a `Timeout` at a 2 s deadline (`KafkaConnection::connect_within`;
+/// 10 s by default, and measured still unanswered at 10 s),
+/// and so does a channel's topic creation on a connection through the proxy, under the
+/// subscription's `call_deadline`. Once the node answers again both succeed, and the channel
+/// carries a record presenting 0. Red without the deadlines: both wait out their round trips.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connect_and_a_channel_past_their_deadlines_fail_as_timeouts_and_succeed_once_the_node_answers() {
+    let BehindAProxy { proxy, node, connection, _folder } = node_behind_a_proxy("setup-deadline-kafka").await;
+    let bootstrap = format!("127.0.0.1:{}", proxy.port());
+    let topic = unique("setup-deadline");
+    let mut on_kafka = group(&topic, providers::kafka::SESSION_TIMEOUT);
+    on_kafka.call_deadline = SETUP_DEADLINE;
+    a_connect_and_a_channel_past_their_deadlines(
+        &proxy,
+        async || KafkaConnection::connect_within(&bootstrap, GatewayRuntime::shared(), SETUP_DEADLINE).await,
+        async |through_proxy: &KafkaConnection| through_proxy.channel(&on_kafka).await,
+        &connection.producer(),
+        &topic,
+    )
+    .await;
     node.stop(Duration::from_secs(60)).unwrap_or_else(|e| panic!("{e}"));
 }
 

@@ -13,7 +13,9 @@
 //! header, so a bag entry can never stand in for a header field on a forwarded message.
 //! A settlement's commit the node has not answered within the subscription's `call_deadline`
 //! (10 s) fails as a `Timeout`: librdkafka's synchronous commit would wait out its 60 s socket
-//! timeout.
+//! timeout. Connecting (the bootstrap's metadata request) is held to `CONNECT_DEADLINE` or the
+//! one `KafkaConnection::connect_within` is given, and a channel's topic creation and checks to
+//! the subscription's `call_deadline`.
 
 mod channel;
 mod connection;
@@ -22,7 +24,7 @@ mod producer;
 mod subscription;
 
 pub use channel::{read_record, KafkaChannel};
-pub use connection::KafkaConnection;
+pub use connection::{KafkaConnection, CONNECT_DEADLINE};
 pub use producer::{to_record_headers, KafkaProducer};
 pub use subscription::KafkaSubscription;
 
