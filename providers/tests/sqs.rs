@@ -14,7 +14,8 @@ use gateway::{BagValue, Channel, Message, MessageType, Producer, Rejection, Subs
 mod support;
 use support::proxy::proxied;
 use support::{
-    a_receive_past_its_deadline_times_out, a_slow_broker_loses_nothing, comes_back_counted, receive, unique,
+    a_receive_past_its_deadline_times_out, a_slow_broker_loses_nothing, comes_back_counted, receive, setup_cut_off,
+    unique, SETUP_DEADLINE,
 };
 
 fn connection() -> &'static SqsConnection {
@@ -195,4 +196,33 @@ async fn a_call_past_its_deadline_fails_as_a_timeout_and_the_message_comes_back_
     proxy.delay(Duration::ZERO);
     comes_back_counted(&consumer, sent.id(), visibility * 3, visibility + Duration::from_secs(1)).await;
     connection().delete(&[queue], None).await;
+}
+
+/// Making channels past the call deadline: every byte held 1.5 s each way, the connection's
+/// deadline 2 s. There is no connect to bound (the SDK's clients connect on their first call,
+/// each call held to the deadline, its connect included), so the setup is the channel: creating
+/// an SNS-fed subscription's queue fails as a `Timeout` at 2 s, and so does a dead-letter
+/// reader's lookup of its queue (`Validate`): a lookup that had no answer is a `Timeout`, never
+/// `Missing`. Once the endpoint answers both succeed, and the channel carries a message
+/// published to its topic, presenting 0. Red without the deadline: the channel waits its round
+/// trips out and succeeds; red when a failed lookup is taken for a missing queue.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_channel_past_its_deadline_fails_as_a_timeout_and_succeeds_once_the_endpoint_answers() {
+    let (proxy, url) = proxied(providers::sqs::endpoint()).await;
+    let through_proxy = SqsConnection::local_with_deadline(&url, SETUP_DEADLINE);
+    let (queue, topic) = (unique("setup-deadline"), unique("setup-deadline-topic"));
+    let mut on_sns = SqsSubscription::new(Subscription::new(&queue, &queue));
+    on_sns.topic = Some(topic.clone());
+    setup_cut_off(&proxy, async { through_proxy.channel(&on_sns).await.map(drop) }).await;
+    proxy.delay(Duration::ZERO);
+    let consumer = through_proxy.channel(&on_sns).await.expect("a channel once the endpoint answers");
+    let sent = Message::new(&topic, MessageType::Command, "after the slow setup");
+    connection().sns_producer().send(&sent).await.unwrap();
+    let received = receive(&consumer, sent.id(), Duration::from_secs(20)).await.expect("the channel carries it");
+    assert_eq!(received.header.handled_count, 0);
+    consumer.acknowledge(&received).await.unwrap();
+    setup_cut_off(&proxy, async { through_proxy.reader(&queue, false).await.map(drop) }).await;
+    proxy.delay(Duration::ZERO);
+    through_proxy.reader(&queue, false).await.expect("a reader once the endpoint answers");
+    connection().delete(&[queue], Some(&topic)).await;
 }

@@ -185,9 +185,19 @@ impl SqsConnection {
         if mode != MakeChannels::Create {
             // SQS addresses queues by URL: resolving it is a read, made in Assume mode too.
             let request = self.sqs.get_queue_url().queue_name(name);
+            // Only the service saying the queue does not exist makes it Missing: a lookup that
+            // timed out or was refused says nothing about the queue.
             return match self.runtime.call(request.send()).await {
                 Ok(output) => Ok(output.queue_url.unwrap_or_default()),
-                Err(_) => Err(ChannelError::Missing { channel: name.to_owned() }),
+                Err(error) => {
+                    let absent = error.as_service_error().is_some_and(|e| e.is_queue_does_not_exist());
+                    let error = broker_error(name, "look up queue", error);
+                    if absent || error.kind() == Some(ErrorKind::NotFound) {
+                        Err(ChannelError::Missing { channel: name.to_owned() })
+                    } else {
+                        Err(error)
+                    }
+                }
             };
         }
         let visibility = subscription.visibility_timeout.as_secs().to_string();
