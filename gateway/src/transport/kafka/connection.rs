@@ -32,8 +32,9 @@ pub struct KafkaConnection {
     deadline: Duration,
 }
 
-/// How long `connect` and `connect_on` may take, and the connection-level calls after it: the
-/// bootstrap's first metadata request, from a cold client, is a TCP connect and two round trips.
+/// How long `connect` and `connect_on` may take, and the connection-level calls after it: from a
+/// cold client the first metadata request is an ApiVersion exchange and the request, through the
+/// bootstrap and then again to the address the node advertises.
 pub const CONNECT_DEADLINE: Duration = CALL_TIMEOUT;
 
 impl std::fmt::Debug for KafkaConnection {
