@@ -2,7 +2,7 @@
 //! consumer's `num_delivered` (the counter kind in the manifest rests on it) across a nak, a nak
 //! with a delay, a lapsed `ack_wait` and a recreated consumer; a server restarted between two
 //! deliveries of a message under a budget (the count continues; issue #31); and a connection
-//! reset between a receive and its acknowledge.
+//! reset between a receive and its acknowledge, and one that takes the acknowledge with it.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -127,6 +127,46 @@ async fn a_connection_reset_before_the_acknowledge_reconnects_and_settles_once()
     let acknowledged = acknowledge_after_the_reset(&*consumer, &received).await;
     let back = receive(&*consumer, sent.id(), lease + Duration::from_secs(5)).await;
     settled_once_or_back(acknowledged, back, 1);
+}
+
+/// The reset of that test at its worst moment, made certain: the acknowledge's request is held
+/// in the proxy when every connection is reset, so it never reaches the server. The client
+/// connects again by itself but neither fails nor resends a request lost with its connection;
+/// the acknowledge must fail `Refused` (the connection was lost), not `Timeout` (a slow server),
+/// which is what the client alone reports once the 3 s call deadline passes. The message comes
+/// back presenting 1: the server counted the delivery whose acknowledge was lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acknowledge_lost_with_its_connection_fails_as_refused_and_the_message_comes_back_counted() {
+    let (proxy, url) = proxied(providers::nats::url()).await;
+    let subject = unique("lost-ack");
+    let mut on_nats = NatsSubscription::new(Subscription::new(format!("{subject}-group"), &subject));
+    on_nats.lease = Duration::from_secs(3);
+    on_nats.call_deadline = Duration::from_secs(3);
+    let through_proxy = NatsConnection::connect(&url).await.expect("connect through the proxy");
+    let consumer = through_proxy.channel(&on_nats).await.expect("channel");
+    let sent = Message::new(&subject, MessageType::Command, "its acknowledge is lost with the connection");
+    connection().producer().send(&sent).await.unwrap();
+    let received = receive(&*consumer, sent.id(), Duration::from_secs(10)).await.expect("delivered");
+    assert_eq!(received.header.handled_count, 0, "a first delivery presents 0");
+    proxy.delay(Duration::from_secs(1));
+    let resetting = async {
+        // The acknowledge is in the proxy by now, held for its second.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        proxy.delay(Duration::ZERO);
+        proxy.reset_all().await
+    };
+    let (acknowledged, reset) = tokio::join!(consumer.acknowledge(&received), resetting);
+    assert!(reset > 0, "the consumer's connection goes through the proxy");
+    let lost = acknowledged.expect_err("an acknowledge that never reached the server cannot succeed");
+    assert_eq!(
+        lost.kind(),
+        Some(gateway::error::ErrorKind::Refused),
+        "the acknowledge reports the lost connection: {lost}"
+    );
+    let back = receive(&*consumer, sent.id(), on_nats.lease + Duration::from_secs(5)).await;
+    let back = back.expect("the message whose acknowledge was lost comes back");
+    assert_eq!(back.header.handled_count, 1, "the server counted the delivery whose acknowledge was lost");
+    consumer.acknowledge(&back).await.expect("the acknowledge on the new connection goes through");
 }
 
 /// Connecting through a proxy holding every byte 1.5 s each way (the server's INFO, then CONNECT

@@ -10,6 +10,7 @@ use async_trait::async_trait;
 use futures_util::StreamExt;
 
 use super::broker_error;
+use super::disconnects::Disconnects;
 use super::message::{self, read_stream_message};
 use super::producer::NatsProducer;
 use super::subscription::NatsSubscription;
@@ -34,6 +35,7 @@ pub struct NatsChannel {
     runtime: GatewayRuntime,
     /// For the settlements, requests to a message's ack subject.
     client: Client,
+    disconnects: Disconnects,
     consumer: PullConsumer,
     subscription: Subscription,
     router: NatsProducer,
@@ -46,6 +48,7 @@ impl NatsChannel {
     pub(super) fn new(
         runtime: GatewayRuntime,
         client: Client,
+        disconnects: Disconnects,
         consumer: PullConsumer,
         nats: &NatsSubscription,
         router: NatsProducer,
@@ -53,7 +56,7 @@ impl NatsChannel {
         let subscription = nats.subscription.clone();
         let warnings = ReaderWarnings::new(&subscription.name);
         let (counting, call_deadline) = (CountingReport::of(nats), nats.call_deadline);
-        NatsChannel { runtime, client, consumer, counting, call_deadline, subscription, router, warnings }
+        NatsChannel { runtime, client, disconnects, consumer, counting, call_deadline, subscription, router, warnings }
     }
 
     /// One message, if the server has one within `wait`: a pull of one that expires then.
@@ -88,9 +91,12 @@ impl NatsChannel {
         let receipt = message.receipt.clone().ok_or_else(|| kit::not_in_flight(self.name(), operation, message))?;
         let client = self.client.clone();
         let requesting = async move { client.request(receipt, kind.into()).await.map(drop) };
-        kit::within(&self.runtime, self.name(), operation, self.call_deadline, requesting)
-            .await?
-            .map_err(|e| broker_error(self.name(), operation, e))
+        let answered = async {
+            kit::within(&self.runtime, self.name(), operation, self.call_deadline, requesting)
+                .await?
+                .map_err(|e| broker_error(self.name(), operation, e))
+        };
+        self.disconnects.across(self.name(), operation, answered).await
     }
 }
 

@@ -9,6 +9,7 @@ use async_nats::jetstream::{self, stream, Context};
 use async_nats::{Client, ConnectOptions, ServerAddr};
 
 use super::channel::NatsChannel;
+use super::disconnects::Disconnects;
 use super::producer::{schedule_subject, NatsProducer};
 use super::subscription::NatsSubscription;
 use super::{broker_error, name_for};
@@ -45,6 +46,7 @@ pub struct NatsConnection {
     client: Client,
     jetstream: Context,
     runtime: GatewayRuntime,
+    disconnects: Disconnects,
 }
 
 impl std::fmt::Debug for NatsConnection {
@@ -74,18 +76,26 @@ impl NatsConnection {
     ) -> Result<NatsConnection, ChannelError> {
         let shown = without_credentials(url);
         let address: ServerAddr = url.parse().map_err(|e| broker_error(&shown, "connect", e))?;
+        let disconnects = Disconnects::default();
+        let counting = disconnects.clone();
         let options = with_credentials(ConnectOptions::new(), &address)
             .connection_timeout(deadline)
-            .request_timeout(Some(CALL_DEADLINE));
+            .request_timeout(Some(CALL_DEADLINE))
+            .event_callback(move |event| {
+                if matches!(event, async_nats::Event::Disconnected) {
+                    counting.record();
+                }
+                async {}
+            });
         let client = kit::within(&runtime, &shown, "connect", deadline, async move { options.connect(address).await })
             .await?
             .map_err(|e| broker_error(&shown, "connect", e))?;
         let jetstream = jetstream::new(client.clone());
-        Ok(NatsConnection { url: url.to_owned(), client, jetstream, runtime })
+        Ok(NatsConnection { url: url.to_owned(), client, jetstream, runtime, disconnects })
     }
 
     pub fn producer(&self) -> NatsProducer {
-        NatsProducer::new(self.jetstream.clone(), self.runtime.clone())
+        NatsProducer::new(self.jetstream.clone(), self.runtime.clone(), self.disconnects.clone())
     }
 
     /// The client, for raw calls (the bespoke broker tests).
@@ -178,6 +188,7 @@ impl NatsConnection {
         Ok(Arc::new(NatsChannel::new(
             self.runtime.clone(),
             self.client.clone(),
+            self.disconnects.clone(),
             consumer,
             subscription,
             self.producer(),

@@ -16,11 +16,13 @@
 //! the stamped copy to the dead-letter or invalid-message subject, then acknowledges. Each
 //! settlement is a request the server answers, so a lost one is an error, never a silent
 //! success; one the server has not answered within the subscription's `call_deadline` (10 s)
-//! fails as a `Timeout`. A stream keeps messages by its
+//! fails as a `Timeout`, or as `Refused` where the client lost its connection meanwhile (the
+//! request may have gone down with it: see `disconnects`). A stream keeps messages by its
 //! limits (shared by every consumer on its subject): trimming is the operator's.
 
 mod channel;
 mod connection;
+mod disconnects;
 mod message;
 mod producer;
 mod subscription;

@@ -8,6 +8,7 @@ use async_nats::HeaderMap;
 use async_trait::async_trait;
 
 use super::broker_error;
+use super::disconnects::Disconnects;
 use super::message::to_headers;
 use crate::channel::Producer;
 use crate::error::{BoxError, ChannelError, ErrorKind};
@@ -46,11 +47,12 @@ fn schedule_instant(instant: SystemTime) -> Result<String, BoxError> {
 pub struct NatsProducer {
     jetstream: Context,
     runtime: GatewayRuntime,
+    disconnects: Disconnects,
 }
 
 impl NatsProducer {
-    pub(super) fn new(jetstream: Context, runtime: GatewayRuntime) -> NatsProducer {
-        NatsProducer { jetstream, runtime }
+    pub(super) fn new(jetstream: Context, runtime: GatewayRuntime, disconnects: Disconnects) -> NatsProducer {
+        NatsProducer { jetstream, runtime, disconnects }
     }
 
     pub async fn publish_to(&self, subject: &str, message: &Message) -> Result<(), ChannelError> {
@@ -68,13 +70,16 @@ impl NatsProducer {
         operation: &'static str,
     ) -> Result<(), ChannelError> {
         let (jetstream, payload) = (self.jetstream.clone(), message.body.bytes.clone());
-        self.runtime
-            .call(async move {
-                let stored = jetstream.publish_with_headers(subject, headers, payload.into()).await?;
-                stored.await.map(drop).map_err(BoxError::from)
-            })
-            .await
-            .map_err(|e| broker_error(channel, operation, e))
+        let storing = async {
+            self.runtime
+                .call(async move {
+                    let stored = jetstream.publish_with_headers(subject, headers, payload.into()).await?;
+                    stored.await.map(drop).map_err(BoxError::from)
+                })
+                .await
+                .map_err(|e| broker_error(channel, operation, e))
+        };
+        self.disconnects.across(channel, operation, storing).await
     }
 }
 
