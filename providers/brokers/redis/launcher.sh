@@ -5,9 +5,11 @@
 #
 # Usage: launcher.sh <redis-server> <work dir> <port> [kept]
 # With `kept` (a test restarting the server between deliveries), the server persists to an
-# append-only file in the work dir (written before each reply, fsynced every second: Redis's
-# `appendonly yes` defaults, durable against a crash of the server) and the work dir is left in
-# place when it stops, for the next start to load.
+# append-only file in the work dir, written and fsynced before each reply (`appendfsync
+# always`), and the work dir is left in place when it stops, for the next start to load. Not
+# Redis's default `everysec`: while a background fsync is in progress it postpones the write for
+# up to 2 s and replies anyway, so a crash loses writes the clients saw succeed (in CI, under
+# load, the message's last requeue was gone after a SIGKILL and restart).
 # Prints `redis ready ...` on stdout once the server logs "Ready to accept connections" (its log
 # lines start with its pid, so local::start cannot wait on them directly), then runs until its
 # stdin closes (the test binary's end) or the server exits, and then stops the server and deletes
@@ -17,9 +19,9 @@ server=$1 work=$2 port=$3 kept=${4:-}
 mkdir -p "$work"
 # Readiness is read from this start's log alone (a kept work dir holds the last start's).
 : > "$work/redis.log"
-appendonly=no
-[ -z "$kept" ] || appendonly=yes
-"$server" --bind 127.0.0.1 --port "$port" --dir "$work" --save "" --appendonly "$appendonly" \
+persistence=(--appendonly no)
+[ -z "$kept" ] || persistence=(--appendonly yes --appendfsync always)
+"$server" --bind 127.0.0.1 --port "$port" --dir "$work" --save "" "${persistence[@]}" \
     --daemonize no --logfile "$work/redis.log" --protected-mode yes > /dev/null 2>&1 &
 server_pid=$!
 
