@@ -3,7 +3,8 @@
 //! recreated in the same group), requeue and nack through the invisible time, the dead-letter
 //! copy keeping its stamp across DLQ deliveries, an unreadable message routed, and a
 //! broker restarted between two deliveries of a message under a budget (the count continues;
-//! #31), and a connection reset between a receive and its acknowledge (#31).
+//! #31), a connection reset between a receive and its acknowledge (#31), and a channel made past
+//! its deadline.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -16,8 +17,8 @@ mod support;
 use support::proxy::FaultProxy;
 use support::{
     a_slow_broker_loses_nothing, acknowledge_after_the_reset, cut_off_at_its_deadline, receive, send_after_the_reset,
-    send_and_defer_twice, settled_once_or_back, third_delivery_spends_the_budget, under_a_budget_of_three, unique,
-    KeptFolder,
+    send_and_defer_twice, settled_once_or_back, setup_cut_off, third_delivery_spends_the_budget,
+    under_a_budget_of_three, unique, KeptFolder, SETUP_DEADLINE,
 };
 
 fn connection() -> &'static RocketMqConnection {
@@ -303,4 +304,33 @@ async fn a_pop_arriving_too_late_is_refused_and_the_message_waits_uncounted() {
     consumer.acknowledge(&waited).await.unwrap();
     consumer.close().await.unwrap();
     broker.stop(Duration::from_secs(90)).unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// Making a channel past its deadline: a proxy in front of the name server holds every byte
+/// 1.5 s each way, the subscription's `setup_deadline` is 2 s. Connecting makes no round trip
+/// (the client reaches the name server on its first call), so it returns before one could have
+/// ended; making the channel (the topic created through the template topic's route, then the
+/// topic's own route) fails as a `Timeout` at 2 s. Once the name server answers the channel is
+/// made and carries a message presenting 0. Red without the deadline: the channel waits its
+/// round trips out and succeeds (6.1 s measured).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_channel_past_its_deadline_fails_as_a_timeout_and_succeeds_once_the_name_server_answers() {
+    let proxy = FaultProxy::start(connection().name_server()).await;
+    proxy.delay(Duration::from_millis(1500));
+    let started = Instant::now();
+    let through_proxy =
+        RocketMqConnection::connect(&format!("127.0.0.1:{}", proxy.port())).await.expect("connect through the proxy");
+    let connected = started.elapsed();
+    assert!(connected < Duration::from_secs(3), "a connect makes no round trip to the name server: {connected:?}");
+    let topic = unique("setup-deadline");
+    let mut on_rocketmq = group(&topic, Duration::from_secs(5));
+    on_rocketmq.setup_deadline = SETUP_DEADLINE;
+    setup_cut_off(&proxy, async { through_proxy.channel(&on_rocketmq).await.map(drop) }).await;
+    proxy.delay(Duration::ZERO);
+    let consumer = through_proxy.channel(&on_rocketmq).await.expect("a channel once the name server answers");
+    let sent = Message::new(&topic, MessageType::Command, "after the slow setup");
+    connection().producer().send(&sent).await.unwrap();
+    let received = receive(&*consumer, sent.id(), Duration::from_secs(20)).await.expect("the channel carries it");
+    assert_eq!(received.header.handled_count, 0);
+    consumer.acknowledge(&received).await.unwrap();
 }

@@ -34,7 +34,8 @@ pub(crate) fn broker_error(
         feature = "kafka",
         feature = "rabbitmq",
         feature = "nats",
-        feature = "azure"
+        feature = "azure",
+        feature = "rocketmq"
     )),
     allow(dead_code)
 )]

@@ -13,11 +13,20 @@ pub struct RocketMqSubscription {
     pub subscription: Subscription,
     /// The lease: how long a popped message stays invisible before the broker redelivers it.
     pub invisible_time: Duration,
+    /// How long making the channel (its topics' creation and route lookups, each a round trip
+    /// to the name server and most to the broker too) may take before it fails as a `Timeout`:
+    /// 10 s, as the other transports' call deadlines. Receives and settlements keep the
+    /// client's own timeouts.
+    pub setup_deadline: Duration,
 }
 
 impl RocketMqSubscription {
     pub fn new(subscription: Subscription) -> RocketMqSubscription {
-        RocketMqSubscription { subscription, invisible_time: Duration::from_secs(30) }
+        RocketMqSubscription {
+            subscription,
+            invisible_time: Duration::from_secs(30),
+            setup_deadline: Duration::from_secs(10),
+        }
     }
 }
 
