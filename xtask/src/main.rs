@@ -67,6 +67,15 @@ enum Task {
         /// How many of the workspace's test binaries run at the same time (each may start a broker)
         #[arg(long, default_value_t = 3, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=64))]
         jobs: u16,
+        /// Run the workspace's test binaries N times each, round after round, and report every
+        /// binary's pass rate and every test that failed in any run (a flake fails the command).
+        /// Neither the cells (`conformance --repeat` is theirs) nor the doc tests run
+        #[arg(long, default_value_t = 1, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1000))]
+        repeat: u32,
+        /// Only the test binaries whose label (`providers test nats`) contains this (repeatable),
+        /// run and reported as --repeat runs them
+        #[arg(long, value_name = "PART")]
+        binary: Vec<String>,
     },
     /// Lint .github/workflows with actionlint (the pinned version, installed into .brokers/bin with Go)
     LintWorkflows,
@@ -94,13 +103,16 @@ fn generate(check: bool) -> Result<()> {
 
 /// Every test of the workspace, broker-backed ones included. The broker source reaches the test
 /// binaries as CONFORMANCE_BROKERS (providers::source resolves it there).
-fn test(brokers: Option<contract::BrokerSource>, jobs: u16) -> Result<()> {
+fn test(brokers: Option<contract::BrokerSource>, jobs: u16, repeat: u32, binary: &[String]) -> Result<()> {
     let brokers = match brokers {
         Some(brokers) => brokers,
         None => contract::BrokerSource::from_environment()?,
     };
     eprintln!("brokers: {} (each broker-backed test binary says which source it used)", brokers.name());
     brokers::installable().into_iter().try_for_each(brokers::install)?;
+    if repeat > 1 || !binary.is_empty() {
+        return workspace_tests::repeat(&root(), brokers, usize::from(jobs), repeat, binary);
+    }
     // Every package but the generated one, whose tests are the cells (its library has no tests
     // of its own, and compiles into every cell binary the check below builds).
     workspace_tests::run(&root(), brokers, usize::from(jobs))?;
@@ -129,7 +141,7 @@ fn main() -> ExitCode {
         Task::Brokers(brokers::BrokersTask::Install { transports, implementation }) => {
             brokers::install_all(&transports, implementation)
         }
-        Task::Test { brokers, jobs } => test(brokers, jobs),
+        Task::Test { brokers, jobs, repeat, binary } => test(brokers, jobs, repeat, &binary),
         Task::LintWorkflows => workflows::run(),
     };
     match result {
