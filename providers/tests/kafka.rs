@@ -310,7 +310,7 @@ async fn a_connect_and_a_channel_past_their_deadlines_fail_as_timeouts_and_succe
     on_kafka.call_deadline = SETUP_DEADLINE;
     a_connect_and_a_channel_past_their_deadlines(
         &proxy,
-        async || KafkaConnection::connect_within(&bootstrap, GatewayRuntime::shared(), SETUP_DEADLINE).await,
+        async |deadline| KafkaConnection::connect_within(&bootstrap, GatewayRuntime::shared(), deadline).await,
         async |through_proxy: &KafkaConnection| through_proxy.channel(&on_kafka).await,
         &connection.producer(),
         &topic,

@@ -182,7 +182,7 @@ async fn a_connect_and_a_channel_past_their_deadlines_fail_as_timeouts_and_succe
     on_nats.call_deadline = SETUP_DEADLINE;
     a_connect_and_a_channel_past_their_deadlines(
         &proxy,
-        async || NatsConnection::connect_within(&url, GatewayRuntime::shared(), SETUP_DEADLINE).await,
+        async |deadline| NatsConnection::connect_within(&url, GatewayRuntime::shared(), deadline).await,
         async |through_proxy: &NatsConnection| through_proxy.channel(&on_nats).await,
         &connection().producer(),
         &subject,

@@ -400,7 +400,7 @@ async fn a_connect_and_a_channel_past_their_deadlines_fail_as_timeouts_and_succe
     subscription.call_deadline = SETUP_DEADLINE;
     a_connect_and_a_channel_past_their_deadlines(
         &proxy,
-        async || PostgresConnection::connect_within(&url, GatewayRuntime::shared(), SETUP_DEADLINE).await,
+        async |deadline| PostgresConnection::connect_within(&url, GatewayRuntime::shared(), deadline).await,
         async |through_proxy: &PostgresConnection| through_proxy.channel(&subscription).await,
         &connection().producer(),
         &queue,

@@ -497,7 +497,7 @@ async fn a_connect_and_a_channel_past_their_deadlines_fail_as_timeouts_and_succe
     subscription.call_deadline = SETUP_DEADLINE;
     a_connect_and_a_channel_past_their_deadlines(
         &proxy,
-        async || RabbitMqConnection::connect_within(&url, GatewayRuntime::shared(), SETUP_DEADLINE).await,
+        async |deadline| RabbitMqConnection::connect_within(&url, GatewayRuntime::shared(), deadline).await,
         async |through_proxy: &RabbitMqConnection| through_proxy.channel(&subscription).await,
         &connection().producer(),
         &queue,

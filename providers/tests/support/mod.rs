@@ -204,20 +204,22 @@ pub async fn setup_cut_off<T: std::fmt::Debug>(
 }
 
 /// The connect-and-channel tests' body: with every byte through `proxy` held 1.5 s each way,
-/// `connect` (whose deadline is `SETUP_DEADLINE`) fails as a `Timeout` at its deadline; once the
-/// broker answers again it succeeds. Then `channel` on that connection through the proxy (under a
-/// `call_deadline` of `SETUP_DEADLINE`) fails the same way, and succeeds once the delay is lifted.
-/// The channel carries a message `producer` sends to `topic`, presenting 0.
+/// `connect` under a deadline of `SETUP_DEADLINE` fails as a `Timeout` at it. Once the broker
+/// answers again a connect succeeds, under a deadline of 60 s: `channel` on that connection
+/// through the proxy (under a `call_deadline` of `SETUP_DEADLINE`) must then fail the same way by
+/// its own deadline, not the connection's, and succeeds once the delay is lifted. The channel
+/// carries a message `producer` sends to `topic`, presenting 0.
 pub async fn a_connect_and_a_channel_past_their_deadlines<C>(
     proxy: &proxy::FaultProxy,
-    connect: impl AsyncFn() -> Result<C, ChannelError>,
+    connect: impl AsyncFn(Duration) -> Result<C, ChannelError>,
     channel: impl AsyncFn(&C) -> Result<Arc<dyn Channel>, ChannelError>,
     producer: &dyn Producer,
     topic: &str,
 ) {
-    cut_off_at_its_deadline(proxy, SETUP_DELAY, BEFORE_THE_ANSWER, async { connect().await.map(drop) }).await;
+    let cut_off = async { connect(SETUP_DEADLINE).await.map(drop) };
+    cut_off_at_its_deadline(proxy, SETUP_DELAY, BEFORE_THE_ANSWER, cut_off).await;
     proxy.delay(Duration::ZERO);
-    let through_proxy = connect().await.expect("a connect once the broker answers");
+    let through_proxy = connect(Duration::from_secs(60)).await.expect("a connect once the broker answers");
     cut_off_at_its_deadline(proxy, SETUP_DELAY, BEFORE_THE_ANSWER, async { channel(&through_proxy).await.map(drop) })
         .await;
     proxy.delay(Duration::ZERO);

@@ -86,22 +86,30 @@ impl PostgresConnection {
         PostgresProducer::new(self.client.clone(), self.runtime.clone())
     }
 
-    /// Creates the queue table when it is missing.
+    /// Creates the queue table when it is missing, within the connection's deadline.
     pub async fn create_schema(&self) -> Result<(), ChannelError> {
+        self.create_schema_within(self.deadline).await
+    }
+
+    async fn create_schema_within(&self, deadline: Duration) -> Result<(), ChannelError> {
         let client = self.client.clone();
         // One simple-query message: no other call on the shared client runs inside it.
         let script = format!("BEGIN; SELECT pg_advisory_xact_lock({SCHEMA_LOCK}); {SCHEMA} COMMIT;");
         let creating = async move { client.batch_execute(&script).await };
-        kit::within(&self.runtime, TABLE, "create the queue table", self.deadline, creating)
+        kit::within(&self.runtime, TABLE, "create the queue table", deadline, creating)
             .await?
             .map_err(|e| broker_error(TABLE, "create the queue table", e))
     }
 
-    /// Whether the queue table exists.
+    /// Whether the queue table exists, asked within the connection's deadline.
     pub async fn schema_exists(&self) -> Result<bool, ChannelError> {
+        self.schema_exists_within(self.deadline).await
+    }
+
+    async fn schema_exists_within(&self, deadline: Duration) -> Result<bool, ChannelError> {
         let client = self.client.clone();
         let looking = async move { client.query_one(&format!("SELECT to_regclass('{TABLE}') IS NOT NULL"), &[]).await };
-        kit::within(&self.runtime, TABLE, "look up the queue table", self.deadline, looking)
+        kit::within(&self.runtime, TABLE, "look up the queue table", deadline, looking)
             .await?
             .and_then(|row| row.try_get(0))
             .map_err(|e| broker_error(TABLE, "look up the queue table", e))
@@ -118,9 +126,12 @@ impl PostgresConnection {
 
     async fn make_channel(&self, subscription: &PostgresSubscription) -> Result<Arc<dyn Channel>, ChannelError> {
         let common = &subscription.subscription;
+        // Every call that makes the channel is held to the subscription's deadline, as the
+        // channel's own calls are; the connection's is for the calls made on it directly.
+        let deadline = subscription.call_deadline;
         match common.make_channels {
-            MakeChannels::Create => self.create_schema().await?,
-            MakeChannels::Validate if !self.schema_exists().await? => {
+            MakeChannels::Create => self.create_schema_within(deadline).await?,
+            MakeChannels::Validate if !self.schema_exists_within(deadline).await? => {
                 return Err(ChannelError::Missing { channel: common.name.clone() })
             }
             MakeChannels::Validate | MakeChannels::Assume => {}
