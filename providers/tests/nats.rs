@@ -11,7 +11,7 @@ use gateway::transport::nats::{NatsConnection, NatsSubscription};
 use gateway::{Channel, GatewayRuntime, Message, MessageType, Producer, Subscription};
 
 mod support;
-use support::proxy::proxied;
+use support::proxy::{proxied, FaultProxy};
 use support::{
     a_connect_and_a_channel_past_their_deadlines, acknowledge_after_the_reset, cut_off_at_its_deadline, receive,
     send_and_defer_twice, settled_once_or_back, third_delivery_spends_the_budget, under_a_budget_of_three, unique,
@@ -26,6 +26,31 @@ async fn channel_on(connection: &NatsConnection, subscription: &Subscription, le
     let mut on_nats = NatsSubscription::new(subscription.clone());
     on_nats.lease = lease;
     connection.channel(&on_nats).await.expect("channel")
+}
+
+/// A consumer whose connection goes through a fault proxy, and the message sent to it.
+struct Proxied {
+    proxy: FaultProxy,
+    consumer: Arc<dyn Channel>,
+    sent: Message,
+    received: Message,
+}
+
+/// A consumer on a new subject named after `tag`, connected through a fault proxy, with
+/// `ack_wait` `lease` and settlements under `call_deadline`; a message sent to it (straight to the
+/// server) and received by it.
+async fn delivered_through_a_proxy(tag: &str, lease: Duration, call_deadline: Duration) -> Proxied {
+    let (proxy, url) = proxied(providers::nats::url()).await;
+    let subject = unique(tag);
+    let mut on_nats = NatsSubscription::new(Subscription::new(format!("{subject}-group"), &subject));
+    on_nats.lease = lease;
+    on_nats.call_deadline = call_deadline;
+    let through_proxy = NatsConnection::connect(&url).await.expect("connect through the proxy");
+    let consumer = through_proxy.channel(&on_nats).await.expect("channel");
+    let sent = Message::new(&subject, MessageType::Command, format!("{tag} through the proxy"));
+    connection().producer().send(&sent).await.unwrap();
+    let received = receive(&*consumer, sent.id(), Duration::from_secs(10)).await.expect("delivered");
+    Proxied { proxy, consumer, sent, received }
 }
 
 /// One message through every way JetStream delivers again, on a consumer with a 2 s `ack_wait`:
@@ -137,16 +162,8 @@ async fn a_connection_reset_before_the_acknowledge_reconnects_and_settles_once()
 /// back presenting 1: the server counted the delivery whose acknowledge was lost.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_acknowledge_lost_with_its_connection_fails_as_refused_and_the_message_comes_back_counted() {
-    let (proxy, url) = proxied(providers::nats::url()).await;
-    let subject = unique("lost-ack");
-    let mut on_nats = NatsSubscription::new(Subscription::new(format!("{subject}-group"), &subject));
-    on_nats.lease = Duration::from_secs(3);
-    on_nats.call_deadline = Duration::from_secs(3);
-    let through_proxy = NatsConnection::connect(&url).await.expect("connect through the proxy");
-    let consumer = through_proxy.channel(&on_nats).await.expect("channel");
-    let sent = Message::new(&subject, MessageType::Command, "its acknowledge is lost with the connection");
-    connection().producer().send(&sent).await.unwrap();
-    let received = receive(&*consumer, sent.id(), Duration::from_secs(10)).await.expect("delivered");
+    let lease = Duration::from_secs(3);
+    let Proxied { proxy, consumer, sent, received } = delivered_through_a_proxy("lost-ack", lease, lease).await;
     assert_eq!(received.header.handled_count, 0, "a first delivery presents 0");
     proxy.delay(Duration::from_secs(1));
     let resetting = async {
@@ -163,7 +180,7 @@ async fn an_acknowledge_lost_with_its_connection_fails_as_refused_and_the_messag
         Some(gateway::error::ErrorKind::Refused),
         "the acknowledge reports the lost connection: {lost}"
     );
-    let back = receive(&*consumer, sent.id(), on_nats.lease + Duration::from_secs(5)).await;
+    let back = receive(&*consumer, sent.id(), lease + Duration::from_secs(5)).await;
     let back = back.expect("the message whose acknowledge was lost comes back");
     assert_eq!(back.header.handled_count, 1, "the server counted the delivery whose acknowledge was lost");
     consumer.acknowledge(&back).await.expect("the acknowledge on the new connection goes through");
@@ -198,17 +215,9 @@ async fn a_connect_and_a_channel_past_their_deadlines_fail_as_timeouts_and_succe
 /// acknowledge waits its 3 s answer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_ack_past_its_deadline_fails_as_a_timeout_and_the_ack_that_arrived_holds() {
-    let (proxy, url) = proxied(providers::nats::url()).await;
-    let subject = unique("deadline");
     let lease = Duration::from_secs(4);
-    let mut on_nats = NatsSubscription::new(Subscription::new(format!("{subject}-group"), &subject));
-    on_nats.lease = lease;
-    on_nats.call_deadline = Duration::from_secs(2);
-    let through_proxy = NatsConnection::connect(&url).await.expect("connect through the proxy");
-    let consumer = through_proxy.channel(&on_nats).await.expect("channel");
-    let sent = Message::new(&subject, MessageType::Command, "acknowledged too slowly");
-    connection().producer().send(&sent).await.unwrap();
-    let received = receive(&*consumer, sent.id(), Duration::from_secs(10)).await.expect("delivered");
+    let Proxied { proxy, consumer, sent, received } =
+        delivered_through_a_proxy("deadline", lease, Duration::from_secs(2)).await;
     cut_off_at_its_deadline(
         &proxy,
         Duration::from_millis(1500),
