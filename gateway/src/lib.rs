@@ -2,9 +2,6 @@
 //! sync and async channels, the Reactor and Proactor pumps (the only budget enforcers), the
 //! budget rules, and transports (the in-memory one always compiled).
 
-// The RocketMQ client's futures nest deeply enough that proving them Send needs a deeper limit.
-#![cfg_attr(feature = "rocketmq", recursion_limit = "256")]
-
 pub mod blocking;
 pub mod budget;
 pub mod channel;

@@ -5,7 +5,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use cheetah_string::CheetahString;
-use rocketmq_client_rust::{AckStatus, ClientInstanceHandle};
+use rocketmq_client_rust::{AckStatus, ClientInstanceHandle, ClientResult};
 use rocketmq_model::common::message::message_ext::MessageExt;
 use rocketmq_model::common::message::MessageConst;
 use rocketmq_protocol::protocol::header::ack_message_request_header::AckMessageRequestHeader;
@@ -18,7 +18,7 @@ use rocketmq_protocol::rpc::topic_request_header::TopicRequestHeader;
 
 use super::producer::RocketMqProducer;
 use super::subscription::RocketMqSubscription;
-use super::{broker_error, MAX_INVISIBLE};
+use super::{broker_error, BoxedFuture, MAX_INVISIBLE};
 use crate::budget::CountingReport;
 use crate::channel::Channel;
 use crate::error::ChannelError;
@@ -71,10 +71,65 @@ enum Settle {
     Invisible(Duration),
 }
 
+/// The client calls a channel makes, behind a trait object for the reason `BoxedFuture` gives:
+/// a channel holds no client type, so its `async_trait` methods need no proof about one.
+pub(super) trait PopClient: Send + Sync {
+    fn pop(
+        self: Arc<Self>,
+        broker: Broker,
+        header: PopMessageRequestHeader,
+        timeout_millis: u64,
+    ) -> BoxedFuture<'static, ClientResult<Option<MessageExt>>>;
+    fn ack(
+        self: Arc<Self>,
+        broker: Broker,
+        header: AckMessageRequestHeader,
+    ) -> BoxedFuture<'static, ClientResult<AckStatus>>;
+    fn change_invisible(
+        self: Arc<Self>,
+        broker: Broker,
+        header: ChangeInvisibleTimeRequestHeader,
+    ) -> BoxedFuture<'static, ClientResult<AckStatus>>;
+}
+
+impl PopClient for ClientInstanceHandle {
+    fn pop(
+        self: Arc<Self>,
+        broker: Broker,
+        header: PopMessageRequestHeader,
+        timeout_millis: u64,
+    ) -> BoxedFuture<'static, ClientResult<Option<MessageExt>>> {
+        Box::pin(async move {
+            let popped = self.pop_message(&broker.name, &broker.address, header, timeout_millis).await?;
+            Ok(popped.msg_found_list.and_then(|messages| messages.into_iter().next()))
+        })
+    }
+
+    fn ack(
+        self: Arc<Self>,
+        broker: Broker,
+        header: AckMessageRequestHeader,
+    ) -> BoxedFuture<'static, ClientResult<AckStatus>> {
+        Box::pin(async move { Ok(self.ack_message(&broker.address, header, CALL_TIMEOUT_MILLIS).await?.status()) })
+    }
+
+    fn change_invisible(
+        self: Arc<Self>,
+        broker: Broker,
+        header: ChangeInvisibleTimeRequestHeader,
+    ) -> BoxedFuture<'static, ClientResult<AckStatus>> {
+        Box::pin(async move {
+            let changed =
+                self.change_invisible_time(&broker.name, &broker.address, header, CALL_TIMEOUT_MILLIS).await?;
+            Ok(changed.status())
+        })
+    }
+}
+
 pub struct RocketMqChannel {
     runtime: GatewayRuntime,
-    receiver: Arc<ClientInstanceHandle>,
-    settler: Arc<ClientInstanceHandle>,
+    receiver: Arc<dyn PopClient>,
+    settler: Arc<dyn PopClient>,
     broker: Broker,
     subscription: Subscription,
     invisible_time: Duration,
@@ -86,8 +141,8 @@ pub struct RocketMqChannel {
 impl RocketMqChannel {
     pub(super) fn new(
         runtime: GatewayRuntime,
-        receiver: Arc<ClientInstanceHandle>,
-        settler: Arc<ClientInstanceHandle>,
+        receiver: Arc<dyn PopClient>,
+        settler: Arc<dyn PopClient>,
         broker: Broker,
         rocketmq: &RocketMqSubscription,
         router: RocketMqProducer,
@@ -124,14 +179,10 @@ impl RocketMqChannel {
             }),
         };
         let (handle, broker) = (self.receiver.clone(), self.broker.clone());
-        let popped =
-            self.runtime
-                .call(async move {
-                    handle.pop_message(&broker.name, &broker.address, header, poll + CALL_TIMEOUT_MILLIS).await
-                })
-                .await
-                .map_err(|e| broker_error(self.name(), "pop", e))?;
-        Ok(popped.msg_found_list.and_then(|messages| messages.into_iter().next()))
+        self.runtime
+            .call(handle.pop(broker, header, poll + CALL_TIMEOUT_MILLIS))
+            .await
+            .map_err(|e| broker_error(self.name(), "pop", e))
     }
 
     /// Acknowledges or changes the invisible time of the popped message `message` came from.
@@ -150,42 +201,37 @@ impl RocketMqChannel {
         let (queue_id, offset) = (extra.queue_id, extra.queue_offset);
         let (handle, broker, group) = (self.settler.clone(), self.broker.clone(), self.subscription.name.clone());
         let topic_header = self.topic_header();
-        let result = self
-            .runtime
-            .call(async move {
-                match how {
-                    Settle::Acknowledge => {
-                        let header = AckMessageRequestHeader {
-                            consumer_group: group.into(),
-                            topic: topic.into(),
-                            queue_id,
-                            extra_info: checkpoint.into(),
-                            offset,
-                            lite_topic: None,
-                            topic_request_header: topic_header,
-                        };
-                        handle.ack_message(&broker.address, header, CALL_TIMEOUT_MILLIS).await
-                    }
-                    Settle::Invisible(duration) => {
-                        let header = ChangeInvisibleTimeRequestHeader {
-                            consumer_group: group.into(),
-                            topic: topic.into(),
-                            queue_id,
-                            extra_info: checkpoint.into(),
-                            offset,
-                            invisible_time: duration.min(MAX_INVISIBLE).as_millis() as i64,
-                            lite_topic: None,
-                            suspend: false,
-                            topic_request_header: topic_header,
-                        };
-                        handle.change_invisible_time(&broker.name, &broker.address, header, CALL_TIMEOUT_MILLIS).await
-                    }
-                }
-            })
-            .await
-            .map_err(|e| broker_error(self.name(), operation, e))?;
+        let call = match how {
+            Settle::Acknowledge => handle.ack(
+                broker,
+                AckMessageRequestHeader {
+                    consumer_group: group.into(),
+                    topic: topic.into(),
+                    queue_id,
+                    extra_info: checkpoint.into(),
+                    offset,
+                    lite_topic: None,
+                    topic_request_header: topic_header,
+                },
+            ),
+            Settle::Invisible(duration) => handle.change_invisible(
+                broker,
+                ChangeInvisibleTimeRequestHeader {
+                    consumer_group: group.into(),
+                    topic: topic.into(),
+                    queue_id,
+                    extra_info: checkpoint.into(),
+                    offset,
+                    invisible_time: duration.min(MAX_INVISIBLE).as_millis() as i64,
+                    lite_topic: None,
+                    suspend: false,
+                    topic_request_header: topic_header,
+                },
+            ),
+        };
+        let status = self.runtime.call(call).await.map_err(|e| broker_error(self.name(), operation, e))?;
         // The broker answers NotExist, not an error, for a checkpoint it no longer holds.
-        match result.status() {
+        match status {
             AckStatus::Ok => Ok(()),
             AckStatus::NotExist => Err(not_in_flight()),
         }

@@ -10,10 +10,10 @@ use rocketmq_client_rust::{
 };
 use rocketmq_runtime::{RuntimeConfig, RuntimeOwner};
 
-use super::broker_error;
 use super::channel::{Broker, RocketMqChannel};
-use super::producer::{NativeSender, RocketMqProducer};
+use super::producer::{ClientProducer, NativeSender, RocketMqProducer};
 use super::subscription::RocketMqSubscription;
+use super::{broker_error, BoxedFuture};
 use crate::budget;
 use crate::channel::Channel;
 use crate::error::ChannelError;
@@ -52,18 +52,25 @@ fn client_runtime() -> &'static Arc<ClientRuntime> {
         .1
 }
 
-/// Topic creation, behind a trait object for the reason `NativeSender` gives.
-#[async_trait::async_trait]
+/// Topic creation, behind a trait object for the reason `BoxedFuture` gives.
 trait TopicAdmin: Send + Sync {
-    async fn create_topic(&self, request: TopicCreateRequest) -> Result<(), String>;
+    fn create_topic(&self, request: TopicCreateRequest) -> BoxedFuture<'static, Result<(), String>>;
 }
 
-#[async_trait::async_trait]
-impl TopicAdmin for tokio::sync::Mutex<DefaultMQProducer> {
-    // Creating a topic needs the producer exclusively.
-    async fn create_topic(&self, request: TopicCreateRequest) -> Result<(), String> {
-        self.lock().await.create_topic_request(request).await.map_err(|e| super::describe(&e))
+/// A producer kept for topic creation, which needs it exclusively.
+struct ClientAdmin(Arc<tokio::sync::Mutex<DefaultMQProducer>>);
+
+impl TopicAdmin for ClientAdmin {
+    fn create_topic(&self, request: TopicCreateRequest) -> BoxedFuture<'static, Result<(), String>> {
+        create_topic_exclusively(self.0.clone(), request)
     }
+}
+
+fn create_topic_exclusively(
+    admin: Arc<tokio::sync::Mutex<DefaultMQProducer>>,
+    request: TopicCreateRequest,
+) -> BoxedFuture<'static, Result<(), String>> {
+    Box::pin(async move { admin.lock().await.create_topic_request(request).await.map_err(|e| super::describe(&e)) })
 }
 
 /// A RocketMQ name server and the clients this process talks to it through. No field or public
@@ -75,8 +82,6 @@ pub struct RocketMqConnection {
     admin: Arc<dyn TopicAdmin>,
     runtime: GatewayRuntime,
 }
-
-type BoxedFuture<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;
 
 impl std::fmt::Debug for RocketMqConnection {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -135,8 +140,8 @@ impl RocketMqConnection {
             .call(async move {
                 let producer = started_producer(&address, format!("{instance}-producer")).await?;
                 let admin = started_producer(&address, format!("{instance}-admin")).await?;
-                let producer: Arc<dyn NativeSender> = Arc::new(producer);
-                let admin: Arc<dyn TopicAdmin> = Arc::new(tokio::sync::Mutex::new(admin));
+                let producer: Arc<dyn NativeSender> = Arc::new(ClientProducer(Arc::new(producer)));
+                let admin: Arc<dyn TopicAdmin> = Arc::new(ClientAdmin(Arc::new(tokio::sync::Mutex::new(admin))));
                 Ok::<_, ChannelError>((producer, admin))
             })
             .await?;
@@ -167,10 +172,7 @@ impl RocketMqConnection {
             system_flag: None,
             attributes: HashMap::new(),
         };
-        self.runtime
-            .call(async move { admin.create_topic(request).await })
-            .await
-            .map_err(|e| broker_error(topic, "create topic", e))
+        self.runtime.call(admin.create_topic(request)).await.map_err(|e| broker_error(topic, "create topic", e))
     }
 
     /// The broker serving `topic`, or `None` when the name server knows no such topic.

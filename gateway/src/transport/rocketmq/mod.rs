@@ -30,6 +30,15 @@ pub use rocketmq_model::common::message::message_ext::MessageExt as PoppedMessag
 use crate::error::{BoxError, ChannelError, ErrorKind};
 use crate::transport::kit;
 
+/// A boxed client call. Each call into the client is made into one of these in a function with
+/// no generic or lifetime parameter in scope, where the compiler proves the client's future
+/// `Send` once and keeps the proof for the whole crate. Proved inside an `async_trait` method
+/// instead (whose lifetimes are in scope), the same proof was made again for every shape of
+/// method and in every compiler phase that asks: 50 of the 60 s this feature took to compile
+/// (`-Z self-profile`, BENCHMARKS.md). For the same reason no channel or connection holds a
+/// client type, only trait objects whose methods return these.
+type BoxedFuture<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;
+
 /// The broker's longest invisible time: the longest a requeue can hold a message back.
 pub const MAX_INVISIBLE: std::time::Duration = std::time::Duration::from_secs(12 * 60 * 60);
 

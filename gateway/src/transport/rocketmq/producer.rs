@@ -9,7 +9,7 @@ use rocketmq_error::ViewValueRef;
 use rocketmq_model::common::message::message_builder::MessageBuilder;
 use rocketmq_model::common::message::message_single::Message as RocketMessage;
 
-use super::broker_error;
+use super::{broker_error, BoxedFuture};
 use crate::channel::Producer;
 use crate::error::ChannelError;
 use crate::message::Message;
@@ -33,11 +33,11 @@ pub fn to_rocketmq_message(topic: &str, message: &Message, delay: Duration) -> R
     builder.build().map_err(|e| broker_error(topic, "send", e))
 }
 
-/// The client's producer behind a trait object. Proving the client's types `Send` takes the
-/// compiler past its default recursion limit; behind `dyn`, only this crate has to.
-#[async_trait]
+/// The client's producer behind a trait object, for the reason `BoxedFuture` gives (and proving
+/// the client's types `Send` takes the compiler past its default recursion limit; behind `dyn`,
+/// only this crate has to).
 pub(super) trait NativeSender: Send + Sync {
-    async fn send_native(&self, message: RocketMessage) -> Result<(), SendFailure>;
+    fn send_native(&self, message: RocketMessage) -> BoxedFuture<'static, Result<(), SendFailure>>;
 }
 
 /// A send that failed: the client's error as text, and whether the client refused it before
@@ -48,14 +48,26 @@ pub(super) struct SendFailure {
     pub text: String,
 }
 
-#[async_trait]
-impl NativeSender for DefaultMQProducer {
-    async fn send_native(&self, message: RocketMessage) -> Result<(), SendFailure> {
-        self.send_with_timeout(message, SEND_TIMEOUT_MILLIS)
+/// The client's producer, shared by the sends in flight.
+pub(super) struct ClientProducer(pub Arc<DefaultMQProducer>);
+
+impl NativeSender for ClientProducer {
+    fn send_native(&self, message: RocketMessage) -> BoxedFuture<'static, Result<(), SendFailure>> {
+        send_with_timeout(self.0.clone(), message)
+    }
+}
+
+fn send_with_timeout(
+    producer: Arc<DefaultMQProducer>,
+    message: RocketMessage,
+) -> BoxedFuture<'static, Result<(), SendFailure>> {
+    Box::pin(async move {
+        producer
+            .send_with_timeout(message, SEND_TIMEOUT_MILLIS)
             .await
             .map(drop)
             .map_err(|e| SendFailure { refused_before_writing: refused_before_writing(&e), text: super::describe(&e) })
-    }
+    })
 }
 
 /// Whether the client refused the send before writing it: a connection failure in the phase
@@ -173,11 +185,11 @@ mod tests {
         }
     }
 
-    #[async_trait]
     impl NativeSender for Scripted {
-        async fn send_native(&self, _message: RocketMessage) -> Result<(), SendFailure> {
+        fn send_native(&self, _message: RocketMessage) -> BoxedFuture<'static, Result<(), SendFailure>> {
             *self.sends.lock().unwrap() += 1;
-            self.failures.lock().unwrap().pop().map_or(Ok(()), Err)
+            let outcome = self.failures.lock().unwrap().pop().map_or(Ok(()), Err);
+            Box::pin(async move { outcome })
         }
     }
 
