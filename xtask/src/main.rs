@@ -25,7 +25,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
 
-use anyhow::Result;
+use anyhow::{bail, Result};
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
@@ -57,9 +57,10 @@ enum Task {
     /// Install local brokers, or build stand-in broker images
     #[command(subcommand)]
     Brokers(brokers::BrokersTask),
-    /// Run every test: install the local brokers, then every test binary of `cargo test
-    /// --workspace --all-features`, a few at a time (the generated conformance cells through `conformance --transport all --check`: all at
-    /// once, checked against the ledger, nothing written)
+    /// Run every test: install the local brokers, build every test binary of `cargo test
+    /// --workspace --all-features` once, then run them a few at a time and, beside them, the
+    /// generated conformance cells through `conformance --transport all --check` (all at once,
+    /// checked against the ledger, nothing written)
     Test {
         /// Where brokers come from (auto, env, containers, local); default: CONFORMANCE_BROKERS, else auto
         #[arg(long, value_enum, value_name = "SOURCE")]
@@ -113,20 +114,34 @@ fn test(brokers: Option<contract::BrokerSource>, jobs: u16, repeat: u32, binary:
     if repeat > 1 || !binary.is_empty() {
         return workspace_tests::repeat(&root(), brokers, usize::from(jobs), repeat, binary);
     }
-    // Every package but the generated one, whose tests are the cells (its library has no tests
-    // of its own, and compiles into every cell binary the check below builds).
-    workspace_tests::run(&root(), brokers, usize::from(jobs))?;
+    // One build for everything below, the cells included.
+    let binaries = workspace_tests::build(&root(), workspace_tests::Cells::Built)?;
     // The cells through the conformance runner, checked against the ledger and writing nothing:
     // each binary runs all its cells at once (each waits out its broker's lease, so a binary
     // takes its slowest cell, not the sum), Deferred cells too (one that passes now fails the
     // check), and a failed cell is rerun alone to tell a flake from a regression. A plain `cargo
     // test` of the generated crate would add nothing to this but a second run of every cell.
-    // In this process: the `cargo test` above rebuilt this very binary (the xtask tests run it),
-    // so the file this process started from may be gone.
+    // In this process: the build above may have rebuilt this very binary (the xtask tests run
+    // it), so the file this process started from may be gone.
     let check = ["xtask", "conformance", "--transport", "all", "--check", "--brokers", brokers.name()];
-    match Cli::try_parse_from(check)?.task {
-        Task::Conformance(args) => conformance::run(&args),
-        _ => unreachable!("parsed as a conformance run"),
+    let Task::Conformance(check) = Cli::try_parse_from(check)?.task else {
+        unreachable!("parsed as a conformance run")
+    };
+    // Beside the workspace's test binaries: both halves spend most of their time waiting on
+    // brokers (leases, restarts), so on two cores together they take little more than the
+    // longer one (BENCHMARKS.md), and each starts brokers of its own.
+    let (workspace, cells) = std::thread::scope(|scope| {
+        let cells = scope.spawn(|| conformance::run(&check));
+        let workspace = workspace_tests::run(&root(), &binaries, brokers, usize::from(jobs));
+        (workspace, cells.join().expect("the conformance check does not panic"))
+    });
+    match (workspace, cells) {
+        (Ok(()), Ok(())) => Ok(()),
+        (Err(failed), Ok(())) => Err(failed.context("the cells passed; the workspace's tests did not")),
+        (Ok(()), Err(failed)) => Err(failed.context("the workspace's tests passed; the cells did not")),
+        (Err(workspace), Err(cells)) => {
+            bail!("both halves failed: the workspace's tests ({workspace:#}) and the cells ({cells:#})")
+        }
     }
 }
 

@@ -1,9 +1,10 @@
-//! Every workspace test but the cells (`cargo xtask test`'s first half): the test binaries built
-//! in one cargo call, then run a few at a time instead of cargo's one after another. Most of their
-//! time is waiting on a broker (a restart, a lease), so on two cores three at a time take the
-//! longest binary's time rather than the sum (docs/RUNNING.md). Each binary's output, stdout and
-//! stderr in the order written, is kept in a file and printed whole when it ends, so the log
-//! reads as `cargo test`'s does.
+//! Every workspace test but the cells (`cargo xtask test`'s workspace half): the test binaries
+//! built in one cargo call (the cells' too, so the conformance check beside them builds
+//! nothing), then run a few at a time instead of cargo's one after another. Most of their time
+//! is waiting on a broker (a restart, a lease), so on two cores three at a time take the longest
+//! binary's time rather than the sum (docs/RUNNING.md). Each binary's output, stdout and stderr
+//! in the order written, is kept in a file and printed whole when it ends, so the log reads as
+//! `cargo test`'s does, whatever runs beside it.
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -18,7 +19,7 @@ use crate::{build, libtest};
 
 /// One test executable cargo built.
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct TestBinary {
+pub(crate) struct TestBinary {
     /// `<package> <kind> <target>`, as a person finds it in the workspace.
     label: String,
     package: String,
@@ -29,9 +30,10 @@ struct TestBinary {
     integration: bool,
 }
 
-/// The test executables in cargo's `--message-format=json` output, the long ones first: the
-/// integration tests, xtask's (whole conformance runs) before providers' (a broker each), then
-/// the unit tests, which fill the gaps beside them rather than delay them.
+/// The test executables in cargo's `--message-format=json` output but the cells (the generated
+/// package's: the conformance runner runs those), the long ones first: the integration tests,
+/// xtask's (whole conformance runs) before providers' (a broker each), then the unit tests,
+/// which fill the gaps beside them rather than delay them.
 fn test_binaries(messages: &str) -> Result<Vec<TestBinary>> {
     let mut binaries = Vec::new();
     for line in messages.lines() {
@@ -46,6 +48,9 @@ fn test_binaries(messages: &str) -> Result<Vec<TestBinary>> {
         let manifest = message["manifest_path"].as_str().context("a compiler artifact without its manifest_path")?;
         let folder = Path::new(manifest).parent().context("a manifest_path without a folder")?.to_path_buf();
         let package = folder.file_name().map(|name| name.to_string_lossy().into_owned()).unwrap_or_default();
+        if package == GENERATED {
+            continue;
+        }
         let kind = message["target"]["kind"][0].as_str().unwrap_or("test").to_owned();
         let target = message["target"]["name"].as_str().unwrap_or_default();
         binaries.push(TestBinary {
@@ -60,14 +65,30 @@ fn test_binaries(messages: &str) -> Result<Vec<TestBinary>> {
     Ok(binaries)
 }
 
-const WORKSPACE: [&str; 4] = ["--workspace", "--all-features", "--exclude", "generated"];
+/// The package whose test binaries are the cells.
+const GENERATED: &str = "generated";
+const WORKSPACE: [&str; 2] = ["--workspace", "--all-features"];
+const BUT_THE_CELLS: [&str; 2] = ["--exclude", GENERATED];
 
-/// Builds every test binary of the workspace but the generated cells, in one cargo call.
-fn build_test_binaries(root: &Path) -> Result<Vec<TestBinary>> {
-    let output = build::cargo()
-        .current_dir(root)
-        .arg("test")
-        .args(WORKSPACE)
+/// Whether a build of the workspace's tests compiles the cells too.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Cells {
+    /// For a conformance check to run beside the workspace's binaries: with nothing left to
+    /// compile, it starts at once, and its build is not a second cargo call waiting for this one.
+    Built,
+    Left,
+}
+
+/// Builds every test binary of the workspace (the cells' too, if asked) in one cargo call, and
+/// returns all but the cells.
+pub(crate) fn build(root: &Path, cells: Cells) -> Result<Vec<TestBinary>> {
+    let started = Instant::now();
+    let mut command = build::cargo();
+    command.current_dir(root).arg("test").args(WORKSPACE);
+    if cells == Cells::Left {
+        command.args(BUT_THE_CELLS);
+    }
+    let output = command
         .args(["--no-run", "--message-format=json-render-diagnostics"])
         .stderr(Stdio::inherit())
         .output()
@@ -75,7 +96,9 @@ fn build_test_binaries(root: &Path) -> Result<Vec<TestBinary>> {
     if !output.status.success() {
         bail!("building the workspace's tests failed ({})", output.status);
     }
-    test_binaries(&String::from_utf8_lossy(&output.stdout))
+    let binaries = test_binaries(&String::from_utf8_lossy(&output.stdout))?;
+    eprintln!("tests: built in {:.0} s", started.elapsed().as_secs_f64());
+    Ok(binaries)
 }
 
 /// The folder each run's output is kept in.
@@ -104,19 +127,14 @@ fn run_pool<T: Sync>(items: &[T], at_once: usize, each: impl Fn(&T) + Sync) {
     });
 }
 
-/// Builds and runs every test of the workspace but the generated cells, `at_once` binaries at a
-/// time, then the doc tests; fails naming every binary that failed (all of them run).
-pub(crate) fn run(root: &Path, brokers: BrokerSource, at_once: usize) -> Result<()> {
+/// Runs `binaries`, `at_once` at a time, then the doc tests; fails naming every binary that
+/// failed (all of them run).
+pub(crate) fn run(root: &Path, binaries: &[TestBinary], brokers: BrokerSource, at_once: usize) -> Result<()> {
     let started = Instant::now();
-    let binaries = build_test_binaries(root)?;
-    eprintln!(
-        "tests: built in {:.0} s; running {} test binaries, {at_once} at a time",
-        started.elapsed().as_secs_f64(),
-        binaries.len()
-    );
+    eprintln!("tests: running {} test binaries, {at_once} at a time", binaries.len());
     let logs = logs_folder(root)?;
     let failed = Mutex::new(Vec::new());
-    run_pool(&binaries, at_once, |binary| {
+    run_pool(binaries, at_once, |binary| {
         let log = logs.join(format!("{}.log", binary.label.replace(' ', "-")));
         if let Err(error) = run_binary(binary, brokers, &log) {
             eprintln!("error: {}: {error:#}", binary.label);
@@ -137,13 +155,14 @@ pub(crate) fn run(root: &Path, brokers: BrokerSource, at_once: usize) -> Result<
         .current_dir(root)
         .arg("test")
         .args(WORKSPACE)
+        .args(BUT_THE_CELLS)
         .arg("--doc")
         .env(BrokerSource::VARIABLE, brokers.name())
         .status()?;
     if !status.success() {
         bail!("the workspace's doc tests failed ({status})");
     }
-    eprintln!("tests: every workspace test passed in {:.0} s", started.elapsed().as_secs_f64());
+    eprintln!("tests: every workspace test passed, run in {:.0} s", started.elapsed().as_secs_f64());
     Ok(())
 }
 
@@ -172,12 +191,8 @@ struct RepeatedRun {
 /// test that failed in any run. Fails when any run failed: a flake is a failure to trace.
 pub(crate) fn repeat(root: &Path, brokers: BrokerSource, at_once: usize, times: u32, only: &[String]) -> Result<()> {
     let started = Instant::now();
-    let binaries = chosen(build_test_binaries(root)?, only)?;
-    eprintln!(
-        "tests: built in {:.0} s; running {} test binaries {times} times each, {at_once} at a time",
-        started.elapsed().as_secs_f64(),
-        binaries.len()
-    );
+    let binaries = chosen(build(root, Cells::Left)?, only)?;
+    eprintln!("tests: running {} test binaries {times} times each, {at_once} at a time", binaries.len());
     let logs = logs_folder(root)?;
     let runs: Vec<(u32, &TestBinary)> =
         (1..=times).flat_map(|round| binaries.iter().map(move |b| (round, b))).collect();
@@ -276,13 +291,14 @@ mod tests {
     }
 
     #[test]
-    fn the_test_executables_are_found_integration_tests_first() {
+    fn the_test_executables_but_the_cells_are_found_integration_tests_first() {
         let messages = [
             artifact("/w/gateway/Cargo.toml", "lib", "gateway", true, Some("/t/gateway-1")),
             artifact("/w/gateway/Cargo.toml", "lib", "gateway", false, None),
             artifact("/w/xtask/Cargo.toml", "bin", "xtask", false, Some("/t/xtask")),
             "Compiling gateway".to_owned(),
             artifact("/w/providers/Cargo.toml", "test", "kafka", true, Some("/t/kafka-2")),
+            artifact("/w/generated/Cargo.toml", "test", "kafka", true, Some("/t/kafka-3")),
             serde_json::json!({ "reason": "build-finished", "success": true }).to_string(),
         ]
         .join("\n");
