@@ -74,7 +74,7 @@ fn create_topic_exclusively(
 }
 
 /// A RocketMQ name server and the clients this process talks to it through. No field or public
-/// future names a client type (see `NativeSender`), so callers need no raised recursion limit.
+/// future names a client type (see `BoxedFuture`).
 #[derive(Clone)]
 pub struct RocketMqConnection {
     name_server: String,

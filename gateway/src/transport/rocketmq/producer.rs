@@ -33,9 +33,7 @@ pub fn to_rocketmq_message(topic: &str, message: &Message, delay: Duration) -> R
     builder.build().map_err(|e| broker_error(topic, "send", e))
 }
 
-/// The client's producer behind a trait object, for the reason `BoxedFuture` gives (and proving
-/// the client's types `Send` takes the compiler past its default recursion limit; behind `dyn`,
-/// only this crate has to).
+/// The client's producer behind a trait object, for the reason `BoxedFuture` gives.
 pub(super) trait NativeSender: Send + Sync {
     fn send_native(&self, message: RocketMessage) -> BoxedFuture<'static, Result<(), SendFailure>>;
 }
