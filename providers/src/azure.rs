@@ -71,7 +71,10 @@ fn start_service(work: &Path, port: u16, kept: bool) -> Result<LocalProcess, Loc
         .arg(work)
         .arg(port.to_string())
         .args(kept.then_some("kept"));
-    local::start("Azurite", "azure", command, port, "azurite ready", Duration::from_secs(30))
+    // A hang detector, never a speed bound: Node loads Azurite in about 1.5 s when idle, but a
+    // CI run once took over 30 s (the old ceiling) while every other broker started beside it.
+    // The launcher gives up first (110 s), printing Azurite's log.
+    local::start("Azurite", "azure", command, port, "azurite ready", Duration::from_secs(120))
 }
 
 fn definition() -> Definition {
