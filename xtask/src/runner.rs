@@ -318,7 +318,9 @@ pub(crate) fn run_all(
             mutant: None,
         };
         run_one(&call(filters.clone()), selection, names, ledger, &progress, |names| {
-            run_binary(&call(names), &Progress::new(0))
+            // A count of its own: the line above it says how many are rerun.
+            let rerun = Progress::new(names.len());
+            run_binary(&call(names), &rerun)
         })
     });
     let failed: Vec<String> = runs.iter().filter_map(|run| run.as_ref().err()).map(|e| format!("{e:#}")).collect();
@@ -393,9 +395,12 @@ fn run_one(
             for (index, cell, variant) in suspects {
                 let test = &mut finished[index];
                 if again.iter().any(|r| r.name == test.name && r.result == TestResult::Ok) {
-                    let first = failures.remove(&test.name).unwrap_or_default();
-                    eprintln!("flake: {cell} ({variant}) failed, then passed on its rerun");
-                    flakes.push(Flaked { cell, variant, first_failure: panic_message(&first) });
+                    let first = panic_message(&failures.remove(&test.name).unwrap_or_default());
+                    // Printed too: a check run records no evidence, and its log is then the only
+                    // place the flake can be traced from.
+                    let said = first.lines().map(|line| format!("\n    {line}")).collect::<String>();
+                    eprintln!("flake: {cell} ({variant}) failed, then passed on its rerun; it first said:{said}");
+                    flakes.push(Flaked { cell, variant, first_failure: first });
                     test.result = TestResult::Ok;
                 }
             }

@@ -190,6 +190,26 @@ fn a_cell_that_fails_only_its_first_attempt_is_recorded_as_a_flake_and_stays_pas
     assert!(first_failure.contains("fails-first-attempt: the first attempt at memory-FR-23-"), "{first_failure}");
 }
 
+/// A check run records no evidence: its log must say what a flake's first attempt said.
+#[test]
+fn a_check_run_prints_what_a_flakes_first_attempt_said() {
+    let ledger = scratch_ledger();
+    let output = Command::new(env!("CARGO_BIN_EXE_xtask"))
+        .args(["conformance", "--check", "--configuration", "memory", "--behaviour", "FR-23", "--ledger-dir"])
+        .arg(ledger.path())
+        .env("CONFORMANCE_FAULT", "fails-first-attempt")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "a flake is not a regression:\n{stderr}");
+    let said = "flake: memory/FR-23 (reactor) failed, then passed on its rerun; it first said:\n    ";
+    let at = stderr.find(said).unwrap_or_else(|| panic!("{stderr}")) + said.len();
+    assert!(
+        stderr[at..].starts_with("CONFORMANCE_FAULT=fails-first-attempt: the first attempt at memory-FR-23-"),
+        "{stderr}"
+    );
+}
+
 #[test]
 fn a_binary_over_its_time_limit_is_stopped_naming_the_cells_and_the_ledger_is_untouched() {
     let ledger = scratch_ledger();
