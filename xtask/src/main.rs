@@ -110,12 +110,31 @@ fn test(brokers: Option<contract::BrokerSource>, jobs: u16, repeat: u32, binary:
         None => contract::BrokerSource::from_environment()?,
     };
     eprintln!("brokers: {} (each broker-backed test binary says which source it used)", brokers.name());
-    brokers::installable().into_iter().try_for_each(brokers::install)?;
+    let install = || {
+        let started = std::time::Instant::now();
+        brokers::installable().into_iter().try_for_each(brokers::install)?;
+        eprintln!("brokers: every local broker installed, in {:.0} s", started.elapsed().as_secs_f64());
+        anyhow::Ok(())
+    };
     if repeat > 1 || !binary.is_empty() {
+        install()?;
         return workspace_tests::repeat(&root(), brokers, usize::from(jobs), repeat, binary);
     }
-    // One build for everything below, the cells included.
-    let binaries = workspace_tests::build(&root(), workspace_tests::Cells::Built)?;
+    // One build for everything below, the cells included; the brokers install beside it, since
+    // most of an install is waiting on a download, and nothing built needs a broker.
+    let (installed, built) = std::thread::scope(|scope| {
+        let installing = scope.spawn(install);
+        let built = workspace_tests::build(&root(), workspace_tests::Cells::Built);
+        (installing.join().expect("installing the brokers does not panic"), built)
+    });
+    let binaries = match (installed, built) {
+        (Ok(()), Ok(binaries)) => binaries,
+        (Err(failed), Ok(_)) => return Err(failed.context("the tests built; the brokers did not install")),
+        (Ok(()), Err(failed)) => return Err(failed),
+        (Err(install), Err(build)) => {
+            bail!("the brokers did not install ({install:#}) and the tests did not build ({build:#})")
+        }
+    };
     // The cells through the conformance runner, checked against the ledger and writing nothing:
     // each binary runs all its cells at once (each waits out its broker's lease, so a binary
     // takes its slowest cell, not the sum), Deferred cells too (one that passes now fails the
