@@ -2,7 +2,8 @@
 //! consumer's `num_delivered` (the counter kind in the manifest rests on it) across a nak, a nak
 //! with a delay, a lapsed `ack_wait` and a recreated consumer; a server restarted between two
 //! deliveries of a message under a budget (the count continues; issue #31); and a connection
-//! reset between a receive and its acknowledge, and one that takes the acknowledge with it.
+//! reset between a receive and its acknowledge, and one that takes the acknowledge (or a send)
+//! with it.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -17,6 +18,10 @@ use support::{
     send_and_defer_twice, settled_once_or_back, third_delivery_spends_the_budget, under_a_budget_of_three, unique,
     KeptFolder, SETUP_DEADLINE,
 };
+
+/// How long a consumer waits to show nothing came (and the `ack_wait` of its channel, so an
+/// unacknowledged copy would be back within it).
+const SETTLE: Duration = Duration::from_secs(3);
 
 fn connection() -> &'static NatsConnection {
     providers::nats::connection()
@@ -184,6 +189,39 @@ async fn an_acknowledge_lost_with_its_connection_fails_as_refused_and_the_messag
     let back = back.expect("the message whose acknowledge was lost comes back");
     assert_eq!(back.header.handled_count, 1, "the server counted the delivery whose acknowledge was lost");
     consumer.acknowledge(&back).await.expect("the acknowledge on the new connection goes through");
+}
+
+/// The publish-side of that test: a send whose publish is held in the proxy when every
+/// connection is reset never reaches the server. The client connects again by itself but does
+/// not resend it; the send fails `Refused` (the connection was lost, so the message may not be
+/// stored and is the caller's to send again), not the `Timeout` the client alone reports once its
+/// publish-acknowledgement wait passes. Nothing was stored: the consumer sees no copy. The same
+/// producer, reconnected, then sends it once, and it is delivered once, presenting 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_send_lost_with_its_connection_fails_as_refused_and_stores_nothing() {
+    let (proxy, url) = proxied(providers::nats::url()).await;
+    let subject = unique("lost-send");
+    let consumer = channel_on(connection(), &Subscription::new(format!("{subject}-group"), &subject), SETTLE).await;
+    let through_proxy = NatsConnection::connect(&url).await.expect("connect through the proxy");
+    let producer = through_proxy.producer();
+    let sent = Message::new(&subject, MessageType::Command, "a send lost with its connection");
+    proxy.delay(Duration::from_secs(1));
+    let resetting = async {
+        // The publish is in the proxy by now, held for its second.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        proxy.delay(Duration::ZERO);
+        proxy.reset_all().await
+    };
+    let (stored, reset) = tokio::join!(producer.send(&sent), resetting);
+    assert!(reset > 0, "the producer's connection goes through the proxy");
+    let lost = stored.expect_err("a publish that never reached the server cannot be stored");
+    assert_eq!(lost.kind(), Some(gateway::error::ErrorKind::Refused), "the send reports the lost connection: {lost}");
+    assert!(receive(&*consumer, sent.id(), SETTLE).await.is_none(), "a send that failed Refused here stored a copy");
+    producer.send(&sent).await.expect("the send on the new connection goes through");
+    let delivered = receive(&*consumer, sent.id(), Duration::from_secs(10)).await.expect("the message sent again");
+    assert_eq!(delivered.header.handled_count, 0, "a first delivery presents 0");
+    consumer.acknowledge(&delivered).await.unwrap();
+    assert!(receive(&*consumer, sent.id(), SETTLE).await.is_none(), "the message was stored twice");
 }
 
 /// Connecting through a proxy holding every byte 1.5 s each way (the server's INFO, then CONNECT
