@@ -159,6 +159,21 @@ async fn a_connection_reset_before_the_acknowledge_reconnects_and_settles_once()
     settled_once_or_back(acknowledged, back, 1);
 }
 
+/// `call`'s result, its request held in `proxy` (every byte 1 s each way) when every connection
+/// through it is reset 300 ms in: the request goes down with its connection, never reaching the
+/// server.
+async fn lost_with_its_connection<T>(proxy: &FaultProxy, call: impl std::future::Future<Output = T>) -> T {
+    proxy.delay(Duration::from_secs(1));
+    let resetting = async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        proxy.delay(Duration::ZERO);
+        proxy.reset_all().await
+    };
+    let (result, reset) = tokio::join!(call, resetting);
+    assert!(reset > 0, "the call's connection goes through the proxy");
+    result
+}
+
 /// The reset of that test at its worst moment, made certain: the acknowledge's request is held
 /// in the proxy when every connection is reset, so it never reaches the server. The client
 /// connects again by itself but neither fails nor resends a request lost with its connection;
@@ -170,15 +185,7 @@ async fn an_acknowledge_lost_with_its_connection_fails_as_refused_and_the_messag
     let lease = Duration::from_secs(3);
     let Proxied { proxy, consumer, sent, received } = delivered_through_a_proxy("lost-ack", lease, lease).await;
     assert_eq!(received.header.handled_count, 0, "a first delivery presents 0");
-    proxy.delay(Duration::from_secs(1));
-    let resetting = async {
-        // The acknowledge is in the proxy by now, held for its second.
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        proxy.delay(Duration::ZERO);
-        proxy.reset_all().await
-    };
-    let (acknowledged, reset) = tokio::join!(consumer.acknowledge(&received), resetting);
-    assert!(reset > 0, "the consumer's connection goes through the proxy");
+    let acknowledged = lost_with_its_connection(&proxy, consumer.acknowledge(&received)).await;
     let lost = acknowledged.expect_err("an acknowledge that never reached the server cannot succeed");
     assert_eq!(
         lost.kind(),
@@ -205,15 +212,7 @@ async fn a_send_lost_with_its_connection_fails_as_refused_and_stores_nothing() {
     let through_proxy = NatsConnection::connect(&url).await.expect("connect through the proxy");
     let producer = through_proxy.producer();
     let sent = Message::new(&subject, MessageType::Command, "a send lost with its connection");
-    proxy.delay(Duration::from_secs(1));
-    let resetting = async {
-        // The publish is in the proxy by now, held for its second.
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        proxy.delay(Duration::ZERO);
-        proxy.reset_all().await
-    };
-    let (stored, reset) = tokio::join!(producer.send(&sent), resetting);
-    assert!(reset > 0, "the producer's connection goes through the proxy");
+    let stored = lost_with_its_connection(&proxy, producer.send(&sent)).await;
     let lost = stored.expect_err("a publish that never reached the server cannot be stored");
     assert_eq!(lost.kind(), Some(gateway::error::ErrorKind::Refused), "the send reports the lost connection: {lost}");
     assert!(receive(&*consumer, sent.id(), SETTLE).await.is_none(), "a send that failed Refused here stored a copy");

@@ -163,18 +163,27 @@ fn a_check_run_writes_nothing_and_fails_on_any_change_it_would_make() {
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
 }
 
+/// A conformance run of memory/FR-23 (with `flags`) whose cells fail their first attempt on
+/// purpose; its stderr, once it has passed (a flake is not a regression).
+fn flaky_fr_23(ledger: &Path, flags: &[&str]) -> String {
+    let output = Command::new(env!("CARGO_BIN_EXE_xtask"))
+        .args(["conformance", "--configuration", "memory", "--behaviour", "FR-23"])
+        .args(flags)
+        .arg("--ledger-dir")
+        .arg(ledger)
+        .env("CONFORMANCE_FAULT", "fails-first-attempt")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(output.status.success(), "a flake is not a regression:\n{stderr}");
+    stderr
+}
+
 #[test]
 fn a_cell_that_fails_only_its_first_attempt_is_recorded_as_a_flake_and_stays_pass() {
     let ledger = scratch_ledger();
     let before = std::fs::read(ledger.path().join("cells.tsv")).unwrap();
-    let output = Command::new(env!("CARGO_BIN_EXE_xtask"))
-        .args(["conformance", "--configuration", "memory", "--behaviour", "FR-23", "--ledger-dir"])
-        .arg(ledger.path())
-        .env("CONFORMANCE_FAULT", "fails-first-attempt")
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "a flake is not a regression:\n{stderr}");
+    let stderr = flaky_fr_23(ledger.path(), &[]);
     assert!(stderr.contains("flake: memory/FR-23 (reactor) failed, then passed on its rerun"), "{stderr}");
     assert!(stderr.contains("flake: memory/FR-23 (proactor) failed, then passed on its rerun"), "{stderr}");
     // Both variants' reruns are one run of the binary, as the first run was.
@@ -194,14 +203,7 @@ fn a_cell_that_fails_only_its_first_attempt_is_recorded_as_a_flake_and_stays_pas
 #[test]
 fn a_check_run_prints_what_a_flakes_first_attempt_said() {
     let ledger = scratch_ledger();
-    let output = Command::new(env!("CARGO_BIN_EXE_xtask"))
-        .args(["conformance", "--check", "--configuration", "memory", "--behaviour", "FR-23", "--ledger-dir"])
-        .arg(ledger.path())
-        .env("CONFORMANCE_FAULT", "fails-first-attempt")
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "a flake is not a regression:\n{stderr}");
+    let stderr = flaky_fr_23(ledger.path(), &["--check"]);
     let said = "flake: memory/FR-23 (reactor) failed, then passed on its rerun; it first said:\n    ";
     let at = stderr.find(said).unwrap_or_else(|| panic!("{stderr}")) + said.len();
     assert!(
