@@ -122,19 +122,11 @@ fn test(brokers: Option<contract::BrokerSource>, jobs: u16, repeat: u32, binary:
     }
     // One build for everything below, the cells included; the brokers install beside it, since
     // most of an install is waiting on a download, and nothing built needs a broker.
-    let (installed, built) = std::thread::scope(|scope| {
-        let installing = scope.spawn(install);
-        let built = workspace_tests::build(&root(), workspace_tests::Cells::Built);
-        (installing.join().expect("installing the brokers does not panic"), built)
-    });
-    let binaries = match (installed, built) {
-        (Ok(()), Ok(binaries)) => binaries,
-        (Err(failed), Ok(_)) => return Err(failed.context("the tests built; the brokers did not install")),
-        (Ok(()), Err(failed)) => return Err(failed),
-        (Err(install), Err(build)) => {
-            bail!("the brokers did not install ({install:#}) and the tests did not build ({build:#})")
-        }
-    };
+    let (binaries, ()) = side_by_side(
+        ["the build", "the brokers' install"],
+        || workspace_tests::build(&root(), workspace_tests::Cells::Built),
+        install,
+    )?;
     // The cells through the conformance runner, checked against the ledger and writing nothing:
     // each binary runs all its cells at once (each waits out its broker's lease, so a binary
     // takes its slowest cell, not the sum), Deferred cells too (one that passes now fails the
@@ -149,17 +141,33 @@ fn test(brokers: Option<contract::BrokerSource>, jobs: u16, repeat: u32, binary:
     // Beside the workspace's test binaries: both halves spend most of their time waiting on
     // brokers (leases, restarts), so on two cores together they take little more than the
     // longer one (BENCHMARKS.md), and each starts brokers of its own.
-    let (workspace, cells) = std::thread::scope(|scope| {
-        let cells = scope.spawn(|| conformance::run(&check));
-        let workspace = workspace_tests::run(&root(), &binaries, brokers, usize::from(jobs));
-        (workspace, cells.join().expect("the conformance check does not panic"))
+    side_by_side(
+        ["the workspace's tests", "the cells"],
+        || workspace_tests::run(&root(), &binaries, brokers, usize::from(jobs)),
+        || conformance::run(&check),
+    )
+    .map(drop)
+}
+
+/// `first` here and `second` on a thread of its own, at once; both results, or an error saying
+/// which of the two (named by `names`) failed, and that the other went through.
+fn side_by_side<A, B: Send>(
+    names: [&str; 2],
+    first: impl FnOnce() -> Result<A>,
+    second: impl FnOnce() -> Result<B> + Send,
+) -> Result<(A, B)> {
+    let (first, second) = std::thread::scope(|scope| {
+        let second = scope.spawn(second);
+        let first = first();
+        (first, second.join().unwrap_or_else(|_| Err(anyhow::anyhow!("it panicked"))))
     });
-    match (workspace, cells) {
-        (Ok(()), Ok(())) => Ok(()),
-        (Err(failed), Ok(())) => Err(failed.context("the cells passed; the workspace's tests did not")),
-        (Ok(()), Err(failed)) => Err(failed.context("the workspace's tests passed; the cells did not")),
-        (Err(workspace), Err(cells)) => {
-            bail!("both halves failed: the workspace's tests ({workspace:#}) and the cells ({cells:#})")
+    let [first_name, second_name] = names;
+    match (first, second) {
+        (Ok(first), Ok(second)) => Ok((first, second)),
+        (Err(failed), Ok(_)) => Err(failed.context(format!("{second_name} went through; {first_name} did not"))),
+        (Ok(_), Err(failed)) => Err(failed.context(format!("{first_name} went through; {second_name} did not"))),
+        (Err(first), Err(second)) => {
+            bail!("neither {first_name} ({first:#}) nor {second_name} ({second:#}) went through")
         }
     }
 }
@@ -184,5 +192,42 @@ fn main() -> ExitCode {
             eprintln!("error: {error:#}");
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn side_by_side_names_the_half_that_failed_and_the_one_that_went_through() {
+        let both = side_by_side(["the build", "the install"], || Ok(1), || Ok("two")).unwrap();
+        assert_eq!(both, (1, "two"));
+        let failed = side_by_side(["the build", "the install"], || Ok(1), || bail!("no network") as Result<()>);
+        assert_eq!(format!("{:#}", failed.unwrap_err()), "the build went through; the install did not: no network");
+        let failed = side_by_side(["the build", "the install"], || bail!("E0432") as Result<()>, || Ok(()));
+        assert_eq!(format!("{:#}", failed.unwrap_err()), "the install went through; the build did not: E0432");
+        let failed = side_by_side(["a", "b"], || bail!("one") as Result<()>, || bail!("two") as Result<()>);
+        assert_eq!(failed.unwrap_err().to_string(), "neither a (one) nor b (two) went through");
+    }
+
+    #[test]
+    fn side_by_side_runs_the_two_at_once() {
+        let (sender, receiver) = std::sync::mpsc::channel();
+        // Each waits for the other's message: one after the other, this would hang.
+        let timeout = std::time::Duration::from_secs(10);
+        let (got, ()) = side_by_side(
+            ["first", "second"],
+            || {
+                let got = receiver.recv_timeout(timeout)?;
+                Ok(got)
+            },
+            move || {
+                sender.send("from the second")?;
+                Ok(())
+            },
+        )
+        .unwrap();
+        assert_eq!(got, "from the second");
     }
 }
