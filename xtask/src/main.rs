@@ -197,6 +197,8 @@ fn main() -> ExitCode {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::mpsc;
+
     use super::*;
 
     #[test]
@@ -213,17 +215,19 @@ mod tests {
 
     #[test]
     fn side_by_side_runs_the_two_at_once() {
-        let (sender, receiver) = std::sync::mpsc::channel();
-        // Each waits for the other's message: one after the other, this would hang.
+        let ((to_second, from_first), (to_first, from_second)) = (mpsc::channel(), mpsc::channel());
+        // A rendezvous: each waits for the other's message, so run one after the other, in
+        // either order, the first to run times out.
         let timeout = std::time::Duration::from_secs(10);
         let (got, ()) = side_by_side(
             ["first", "second"],
             || {
-                let got = receiver.recv_timeout(timeout)?;
-                Ok(got)
+                to_second.send("from the first")?;
+                Ok(from_second.recv_timeout(timeout)?)
             },
             move || {
-                sender.send("from the second")?;
+                assert_eq!(from_first.recv_timeout(timeout)?, "from the first");
+                to_first.send("from the second")?;
                 Ok(())
             },
         )
