@@ -31,11 +31,21 @@ struct Broker {
 }
 
 fn start_moto() -> Result<LocalProcess, LocalError> {
+    moto(Command::new(local::install_dir("sqs").join("venv/bin/python")))
+}
+
+/// A moto of its own, its Python threads switching every `interval` (5 ms by default): the test
+/// that the launcher keeps moto's thread races out of SQS's semantics makes them likely.
+pub fn start_moto_switching_threads_every(interval: Duration) -> Result<LocalProcess, LocalError> {
+    let mut python = Command::new(local::install_dir("sqs").join("venv/bin/python"));
+    python.env("MOTO_SWITCH_INTERVAL", interval.as_secs_f64().to_string());
+    moto(python)
+}
+
+fn moto(mut python: Command) -> Result<LocalProcess, LocalError> {
     let port = local::free_loopback_port();
-    let python = local::install_dir("sqs").join("venv/bin/python");
-    let mut command = Command::new(python);
-    command.arg(local::workspace_root().join("providers/brokers/sqs/moto_launcher.py")).arg(port.to_string());
-    local::start("moto", "sqs", command, port, "moto listening", Duration::from_secs(60))
+    python.arg(local::workspace_root().join("providers/brokers/sqs/moto_launcher.py")).arg(port.to_string());
+    local::start("moto", "sqs", python, port, "moto listening", Duration::from_secs(60))
 }
 
 /// ElasticMQ in a JVM, from the jars and launcher `cargo xtask brokers install sqs --impl

@@ -1,7 +1,8 @@
 //! Bespoke SQS tests outside the templates (ADR 0077): a lapsed lease redelivers with a
 //! strictly greater count (AC-42), a header-carried count is ignored on first delivery (edge
 //! case 5), a dead-letter copy read back keeps its stamp however often the DLQ redelivers it
-//! an unreadable message is routed, never dropped, and R-10 warns when R >= M.
+//! an unreadable message is routed, never dropped, R-10 warns when R >= M, and competing
+//! receivers never share a message inside its visibility timeout.
 
 use std::time::Duration;
 
@@ -225,4 +226,50 @@ async fn a_channel_past_its_deadline_fails_as_a_timeout_and_succeeds_once_the_en
     proxy.delay(Duration::ZERO);
     through_proxy.reader(&queue, false).await.expect("a reader once the endpoint answers");
     connection().delete(&[queue], Some(&topic)).await;
+}
+
+/// Competing receivers on one queue (DC-3's two pumps): SQS hands a message to one receive and
+/// hides it from the rest for its visibility timeout. moto 5.2.5 checks and marks without a lock,
+/// so two of its request threads could take one message (sqs DC-3 routed a message twice in CI);
+/// the launcher makes each pass one step. Here moto switches threads every microsecond, which
+/// made 25 of 100 such sends go to two or three receivers before that lock: 4 receivers
+/// long-poll each of 8 queues, 3 sends per queue, and every send is taken exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn competing_receivers_never_share_a_message_inside_its_visibility_timeout() {
+    const QUEUES: usize = 8;
+    const RECEIVERS: usize = 4;
+    const SENDS: usize = 3;
+    let moto = providers::sqs::start_moto_switching_threads_every(Duration::from_micros(1)).expect("a moto of its own");
+    let racing = SqsConnection::local(&format!("http://127.0.0.1:{}", moto.port));
+    let mut queues = tokio::task::JoinSet::new();
+    for _ in 0..QUEUES {
+        let (racing, queue) = (racing.clone(), unique("competing"));
+        queues.spawn(async move {
+            let mut subscription = SqsSubscription::new(Subscription::new(&queue, &queue));
+            subscription.visibility_timeout = Duration::from_secs(30);
+            let mut receivers = Vec::new();
+            for _ in 0..RECEIVERS {
+                receivers.push(racing.channel(&subscription).await.unwrap());
+            }
+            let mut takers = Vec::new();
+            for send in 0..SENDS {
+                let mut polls = tokio::task::JoinSet::new();
+                for receiver in receivers.clone() {
+                    polls.spawn(async move { receiver.receive(Duration::from_secs(2)).await.unwrap() });
+                }
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                let sent = Message::new(&queue, MessageType::Command, format!("send {send}"));
+                racing.sqs_producer().send(&sent).await.unwrap();
+                let taken: Vec<Message> = polls.join_all().await.into_iter().flatten().collect();
+                takers.push(taken.iter().filter(|message| message.id() == sent.id()).count());
+                for message in &taken {
+                    let _ = receivers[0].acknowledge(message).await;
+                }
+            }
+            takers
+        });
+    }
+    let takers = queues.join_all().await;
+    assert!(takers.iter().flatten().all(|&n| n == 1), "receivers that took each send, per queue: {takers:?}");
+    moto.stop(Duration::from_secs(10)).expect("moto stops");
 }

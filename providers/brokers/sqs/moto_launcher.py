@@ -6,7 +6,10 @@ In the stand-in image (`cargo xtask brokers images`) it serves 0.0.0.0:4566 insi
 and also prints LocalStack's ready line, which the LocalStack container definition waits for.
 """
 import logging
+import os
 import sys
+import threading
+import time
 
 from moto.server import ThreadedMotoServer
 from werkzeug.serving import BaseWSGIServer
@@ -58,6 +61,36 @@ _iterated_as_snapshots(sqs_models.SQSBackend, "queues")
 _iterated_as_snapshots(sns_models.SNSBackend, "subscriptions")
 
 
+def _receives_one_pass_at_a_time(backend):
+    """Make each of ReceiveMessage's passes over a queue one step, as SQS does.
+
+    moto 5.2.5 checks that a message is visible and then marks it received without a lock, so
+    two request threads polling one queue can both take the same message inside its visibility
+    timeout (competing consumers: sqs DC-3 routed one message twice in CI). Measured with
+    `sys.setswitchinterval(1e-6)` and 4 receivers long-polling one queue: 25 of 100 sends were
+    taken by two or three of them; with this lock, none. The long poll keeps moto's own rhythm
+    (a pass, then up to a second's wait for a visible message) but waits outside the lock, so
+    receivers still poll side by side.
+    """
+    original = backend.receive_message
+    passes = threading.Lock()
+
+    def receive_message(self, queue_name, count, wait_seconds_timeout, visibility_timeout, message_attribute_names=None):
+        polling_end = time.time() + wait_seconds_timeout
+        while True:
+            with passes:
+                result = original(self, queue_name, count, 0, visibility_timeout, message_attribute_names)
+            remaining = polling_end - time.time()
+            if result or remaining <= 0:
+                return result
+            self.get_queue(queue_name).wait_for_messages(min(1, remaining))
+
+    backend.receive_message = receive_message
+
+
+_receives_one_pass_at_a_time(sqs_models.SQSBackend)
+
+
 # werkzeug listens with a backlog of 128, and moto accepts connections on one thread, which the
 # GIL and two busy cores starve under a whole matrix: the accept queue was seen full (129 of 128,
 # `ss -ltn`) and the kernel dropped 443 connection attempts in one all-transport run
@@ -68,6 +101,10 @@ BaseWSGIServer.request_queue_size = 4096
 
 
 def main() -> None:
+    # A test's lever (providers::sqs::start_moto_switching_threads_every): a thread switch every
+    # microsecond instead of every 5 ms makes moto's thread races likely instead of rare.
+    if "MOTO_SWITCH_INTERVAL" in os.environ:
+        sys.setswitchinterval(float(os.environ["MOTO_SWITCH_INTERVAL"]))
     port = int(sys.argv[1])
     host = sys.argv[2] if len(sys.argv) > 2 else "127.0.0.1"
     # One line per request would bury the test output.
