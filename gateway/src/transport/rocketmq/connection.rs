@@ -57,20 +57,25 @@ trait TopicAdmin: Send + Sync {
     fn create_topic(&self, request: TopicCreateRequest) -> BoxedFuture<'static, Result<(), String>>;
 }
 
-/// A producer kept for topic creation, which needs it exclusively.
-struct ClientAdmin(Arc<tokio::sync::Mutex<DefaultMQProducer>>);
+/// A producer kept for topic creation. Its `create_topic_request` takes `&mut self`, but a
+/// `DefaultMQProducer` is a handle on a shared implementation (whose admin creates topics through
+/// `&self`), so each creation takes a clone of its own. Behind one lock, as before, every channel
+/// made at once queued for it: in a rocketmq matrix, 80 creations of 20 ms (p50) waited 500 ms
+/// (p50) and up to 1.2 s for the lock, and under CI's load a channel waited past its 10 s setup
+/// deadline.
+struct ClientAdmin(DefaultMQProducer);
 
 impl TopicAdmin for ClientAdmin {
     fn create_topic(&self, request: TopicCreateRequest) -> BoxedFuture<'static, Result<(), String>> {
-        create_topic_exclusively(self.0.clone(), request)
+        create_topic_on(self.0.clone(), request)
     }
 }
 
-fn create_topic_exclusively(
-    admin: Arc<tokio::sync::Mutex<DefaultMQProducer>>,
+fn create_topic_on(
+    mut admin: DefaultMQProducer,
     request: TopicCreateRequest,
 ) -> BoxedFuture<'static, Result<(), String>> {
-    Box::pin(async move { admin.lock().await.create_topic_request(request).await.map_err(|e| super::describe(&e)) })
+    Box::pin(async move { admin.create_topic_request(request).await.map_err(|e| super::describe(&e)) })
 }
 
 /// A RocketMQ name server and the clients this process talks to it through. No field or public
@@ -141,7 +146,7 @@ impl RocketMqConnection {
                 let producer = started_producer(&address, format!("{instance}-producer")).await?;
                 let admin = started_producer(&address, format!("{instance}-admin")).await?;
                 let producer: Arc<dyn NativeSender> = Arc::new(ClientProducer(Arc::new(producer)));
-                let admin: Arc<dyn TopicAdmin> = Arc::new(ClientAdmin(Arc::new(tokio::sync::Mutex::new(admin))));
+                let admin: Arc<dyn TopicAdmin> = Arc::new(ClientAdmin(admin));
                 Ok::<_, ChannelError>((producer, admin))
             })
             .await?;
