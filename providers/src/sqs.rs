@@ -31,15 +31,20 @@ struct Broker {
 }
 
 fn start_moto() -> Result<LocalProcess, LocalError> {
-    moto(Command::new(local::install_dir("sqs").join("venv/bin/python")))
+    moto(moto_python())
 }
 
 /// A moto of its own, its Python threads switching every `interval` (5 ms by default): the test
 /// that the launcher keeps moto's thread races out of SQS's semantics makes them likely.
 pub fn start_moto_switching_threads_every(interval: Duration) -> Result<LocalProcess, LocalError> {
-    let mut python = Command::new(local::install_dir("sqs").join("venv/bin/python"));
+    let mut python = moto_python();
     python.env("MOTO_SWITCH_INTERVAL", interval.as_secs_f64().to_string());
     moto(python)
+}
+
+/// The Python of the virtualenv `cargo xtask brokers install sqs` made, which holds moto.
+fn moto_python() -> Command {
+    Command::new(local::install_dir("sqs").join("venv/bin/python"))
 }
 
 fn moto(mut python: Command) -> Result<LocalProcess, LocalError> {
