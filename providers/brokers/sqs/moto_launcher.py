@@ -11,6 +11,9 @@ import sys
 import threading
 import time
 
+from cryptography.hazmat.primitives.asymmetric import rsa
+from moto.core.utils import get_service_model
+from moto.moto_server.werkzeug_app import DomainDispatcherApplication
 from moto.server import ThreadedMotoServer
 from werkzeug.serving import BaseWSGIServer
 from moto.sns import models as sns_models
@@ -91,6 +94,66 @@ def _receives_one_pass_at_a_time(backend):
 _receives_one_pass_at_a_time(sqs_models.SQSBackend)
 
 
+def _backend_found_once_per_host(dispatcher):
+    """Find each request's backend by its host once, not on every request under a lock.
+
+    moto 5.2.5 routes every request under one lock (DomainDispatcherApplication.get_application),
+    and inside it lists moto's package directory and stats each of its ~200 entries
+    (backends.list_of_moto_modules) before matching hundreds of URL patterns. Each stat gives up
+    the GIL and must win it back from every busy request thread (up to the 5 ms switch interval
+    each time), so under a whole matrix the lock's holder crawled and every request queued
+    behind it: py-spy on moto during the sqs matrix found 96% of its threads' samples waiting on
+    that lock while moto used 22% of a core; a requeue's ChangeMessageVisibility took up to
+    9.8 s (DC-6's pump stuck settling past its 10 s stop limit). The answer depends only on the
+    host and the installed package, so it is kept; no SQS or SNS semantics change.
+    """
+    original = dispatcher.get_backend_for_host
+    found = {}
+
+    def get_backend_for_host(self, host):
+        if host not in found:
+            found[host] = original(self, host)
+        return found[host]
+
+    dispatcher.get_backend_for_host = get_backend_for_host
+
+
+_backend_found_once_per_host(DomainDispatcherApplication)
+
+
+def _one_signing_key(subscription):
+    """Sign every subscription's SNS envelopes with one key, made once.
+
+    moto 5.2.5 makes a 2048-bit RSA key for each subscription at its first delivery, on the
+    request thread of the Publish (py-spy: the most CPU-heavy leaf of an sns matrix's first
+    20 s). The signature is moto's own (its SigningCertURL is AWS's, which nothing here can
+    fetch), and the gateway does not check it; one key keeps the envelope's shape.
+    """
+    key = []
+
+    def private_key(self):
+        if not key:
+            key.append(rsa.generate_private_key(public_exponent=65537, key_size=2048))
+        return key[0]
+
+    subscription.private_key = private_key
+
+
+_one_signing_key(sns_models.Subscription)
+
+
+def _service_models_loaded():
+    """Load SQS's and SNS's botocore models before the first request, not in it.
+
+    moto caches each service model (moto.core.utils.get_service_model) at a request's first
+    use, without a lock, so every request of a matrix's first burst loaded it on its own, each
+    stat of botocore's data directory (400 services) giving up the GIL: SNS requests of that
+    burst took up to 9 s.
+    """
+    for service in ("sqs", "sns"):
+        get_service_model(service)
+
+
 # werkzeug listens with a backlog of 128, and moto accepts connections on one thread, which the
 # GIL and two busy cores starve under a whole matrix: the accept queue was seen full (129 of 128,
 # `ss -ltn`) and the kernel dropped 443 connection attempts in one all-transport run
@@ -105,6 +168,7 @@ def main() -> None:
     # microsecond instead of every 5 ms makes moto's thread races likely instead of rare.
     if "MOTO_SWITCH_INTERVAL" in os.environ:
         sys.setswitchinterval(float(os.environ["MOTO_SWITCH_INTERVAL"]))
+    _service_models_loaded()
     port = int(sys.argv[1])
     host = sys.argv[2] if len(sys.argv) > 2 else "127.0.0.1"
     # One line per request would bury the test output.
