@@ -102,9 +102,10 @@ def _backend_found_once_per_host(dispatcher):
     (backends.list_of_moto_modules) before matching hundreds of URL patterns. Each stat gives up
     the GIL and must win it back from every busy request thread (up to the 5 ms switch interval
     each time), so under a whole matrix the lock's holder crawled and every request queued
-    behind it: py-spy on moto during the sqs matrix found 96% of its threads' samples waiting on
-    that lock while moto used 22% of a core; a requeue's ChangeMessageVisibility took up to
-    9.8 s (DC-6's pump stuck settling past its 10 s stop limit). The answer depends only on the
+    behind it: py-spy (attached, so slowing moto further) during the sqs matrix found 96% of its
+    threads' samples waiting on that lock while moto used 22% of a core; under `cargo xtask test`
+    a requeue's ChangeMessageVisibility took up to 9.8 s inside moto (DC-6's pump stuck settling
+    past its 10 s stop limit). The answer depends only on the
     host and the installed package, so it is kept; no SQS or SNS semantics change.
     """
     original = dispatcher.get_backend_for_host
